@@ -1,0 +1,87 @@
+// Package vfs is the file-system seam of segkv: the only package that touches
+// the operating system's files. Everything the engine writes goes through an
+// FS so that tests can substitute a strict in-memory file system that loses
+// unsynced data on Crash, inject I/O errors, or count every barrier.
+//
+// Implementations in this package:
+//
+//   - OS: the real file system (fdatasync, flock and fallocate via x/sys/unix).
+//   - Mem: a strict in-memory file system for crash tests. It keeps synced and
+//     unsynced state apart; Crash discards unsynced file data and every
+//     directory entry (create, rename, remove) that a SyncDir has not made
+//     durable.
+//   - Faulty: a wrapper that injects errors (fail the Nth sync or write, ENOSPC
+//     after N bytes, ...).
+//   - Counting: a wrapper that counts file syncs, directory syncs, renames and
+//     bytes written per file name.
+//
+// Durability semantics every implementation follows (and Mem enforces):
+// File.Sync makes the file's data and size durable, not its directory entry;
+// FS.SyncDir makes the entries (creates, renames, removes) of one directory
+// durable.
+package vfs
+
+import (
+	"errors"
+	"io"
+)
+
+// ErrLocked is returned by FS.Lock when another holder (in this process or
+// another) already holds the lock.
+var ErrLocked = errors.New("vfs: lock held by another process or store")
+
+// FS is the set of file-system operations the engine needs, and no more.
+// Paths are slash-separated OS paths; implementations clean them.
+type FS interface {
+	// Create creates the named file for reading and writing, truncating it if
+	// it exists. The new directory entry is not durable until SyncDir.
+	Create(name string) (File, error)
+	// Open opens an existing file read-only.
+	Open(name string) (File, error)
+	// OpenReadWrite opens an existing file for reading and writing, without
+	// truncating it.
+	OpenReadWrite(name string) (File, error)
+	// Remove removes a file. Not durable until SyncDir of its directory.
+	Remove(name string) error
+	// Rename atomically renames oldname to newname, replacing newname if it
+	// exists. Not durable until SyncDir.
+	Rename(oldname, newname string) error
+	// List returns the names (not paths) of the entries of dir, sorted.
+	List(dir string) ([]string, error)
+	// Stat returns the size of the named file. A missing file yields an error
+	// for which errors.Is(err, fs.ErrNotExist) holds.
+	Stat(name string) (size int64, err error)
+	// MkdirAll creates dir and its parents. Directory creation is made durable
+	// by the implementation (a store directory must survive a crash once Open
+	// returned).
+	MkdirAll(dir string) error
+	// Lock takes an exclusive advisory lock on the named file, creating it if
+	// needed. It fails with ErrLocked, without blocking, if the lock is held,
+	// whether by another process or by another handle in this process.
+	Lock(name string) (io.Closer, error)
+	// SyncDir makes every directory entry change in dir durable (fsync of the
+	// directory).
+	SyncDir(dir string) error
+}
+
+// File is an open file. Writes are positioned: the engine tracks its own
+// append offsets, which keeps writes independent of any shared cursor.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	// Sync makes the file's data and size durable (fdatasync). It does not
+	// make the file's directory entry durable.
+	Sync() error
+	// Truncate changes the file size. Not durable until Sync.
+	Truncate(size int64) error
+	// Preallocate reserves space for [off, off+length) and extends the file
+	// size to cover it, as zeros (fallocate mode 0). Writing into
+	// preallocated space and then syncing does not change the file size,
+	// which makes the barrier cheaper. Not durable until Sync.
+	Preallocate(off, length int64) error
+	// Size returns the current size of the file.
+	Size() (int64, error)
+	// Name returns the path the file was opened with.
+	Name() string
+}
