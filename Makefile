@@ -1,0 +1,38 @@
+# segkv developer commands. `make test` is what CI runs; see README.md.
+GO          ?= go
+STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
+PKGS        := ./...
+FUZZTIME    ?= 20s
+BENCHARGS   ?=
+
+.PHONY: test lint bench crash fuzz torture gobench
+
+test:
+	$(GO) vet $(PKGS)
+	$(GO) test -race -timeout 25m $(PKGS)
+
+lint:
+	$(GO) vet $(PKGS)
+	$(GO) run $(STATICCHECK) $(PKGS)
+
+bench:
+	$(GO) run ./cmd/segbench $(BENCHARGS)
+
+gobench:
+	$(GO) test -run '^$$' -bench . -benchtime 2000x ./segstore/
+
+# Crash tests at many more points and seeds than make test runs.
+crash:
+	SEGKV_CRASH_SEEDS=40 $(GO) test -race -timeout 60m -run 'Crash' $(PKGS)
+
+# Kill -9 torture on the real disk, hundreds of cycles.
+torture:
+	SEGKV_TORTURE_CYCLES=300 $(GO) test -timeout 60m -run 'Torture' ./segstore/
+
+# Every fuzz target, FUZZTIME each.
+fuzz:
+	@set -e; for pkg in $$($(GO) list ./...); do \
+	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	  done; \
+	done

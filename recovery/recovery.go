@@ -1,0 +1,417 @@
+// Package recovery owns what Open runs before a store serves anything: given
+// the manifest state, it checks every segment the manifest names, verifies or
+// rebuilds each segment's index, finds the live chain (the live file plus any
+// live files that continued it before a seal committed), truncates torn
+// tails, and removes files that the manifest does not name when that is
+// provably safe. Every step is recorded in a Report.
+//
+// Cost: O(files + manifest bytes + live chain bytes + index bytes). Sealed
+// data files are not read unless their index must be rebuilt.
+//
+// What is removed, and why it is safe:
+//   - "<id>.seg" files the manifest does not name: outputs of a merge or
+//     import whose commit never became durable. Their content also exists in
+//     the inputs (merge) or was never acknowledged (import).
+//   - "<id>.log" files the manifest does not name and that are not part of
+//     the live chain: spares made ahead of need that were never written,
+//     files a committed merge retired, or a continuation whose predecessor
+//     lost a torn tail (its writes were not acknowledged as durable, and
+//     keeping them would break the prefix property).
+//   - "<id>.idx" files of segments the manifest does not name.
+//
+// Nothing else in the directory is touched.
+package recovery
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"path/filepath"
+	"slices"
+
+	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/vfs"
+)
+
+// Options configures Run.
+type Options struct {
+	Logger *slog.Logger
+	// OnLiveRecord receives every put and delete record of the live chain in
+	// file order, with the id of the data file that holds it.
+	OnLiveRecord func(fileID uint64, r segment.Record, off int64, length int) error
+}
+
+// Segment is a sealed segment named by the manifest, with its index ready.
+type Segment struct {
+	Meta  manifestlog.SegmentMeta
+	Path  string
+	Index *index.Index
+}
+
+// LiveFile is one file of the live chain.
+type LiveFile struct {
+	ID      uint64
+	Path    string
+	End     int64 // end of valid data; the file is durable up to here
+	Records int
+}
+
+// Result is what the store needs to start serving.
+type Result struct {
+	Segments  []Segment  // in manifest order of Order, oldest first
+	Live      []LiveFile // the live chain, oldest first; the last is the live file
+	MaxFileID uint64     // highest id of any data or index file seen on disk
+}
+
+// TornTail records a torn tail that was truncated.
+type TornTail struct {
+	Path   string
+	Offset int64 // where valid data ended
+	Bytes  int64 // how many bytes were dropped
+}
+
+// Report records every repair Run made.
+type Report struct {
+	TornTails      []TornTail
+	RemovedFiles   []string
+	RebuiltIndexes []string // index paths, with the reason after a colon
+	DroppedChain   []string // live continuations dropped because their predecessor was torn
+}
+
+// Repaired reports whether anything was repaired.
+func (r *Report) Repaired() bool {
+	return len(r.TornTails)+len(r.RemovedFiles)+len(r.RebuiltIndexes)+len(r.DroppedChain) > 0
+}
+
+// Run recovers the directory dir against the manifest state.
+func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Result, *Report, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	names, err := fsys.List(dir)
+	if err != nil {
+		return nil, nil, fmt.Errorf("recovery: list %s: %w", dir, err)
+	}
+	res := &Result{}
+	rep := &Report{}
+	type onDisk struct{ log, seg, idx bool }
+	files := map[uint64]*onDisk{}
+	for _, name := range names {
+		id, ext, ok := segment.ParseName(name)
+		if !ok {
+			continue
+		}
+		res.MaxFileID = max(res.MaxFileID, id)
+		d := files[id]
+		if d == nil {
+			d = &onDisk{}
+			files[id] = d
+		}
+		switch ext {
+		case segment.NameLog:
+			d.log = true
+		case segment.NameSeg:
+			d.seg = true
+		case segment.NameIndex:
+			d.idx = true
+		}
+	}
+	path := func(name string) string { return filepath.Join(dir, name) }
+
+	// Sealed segments: every one the manifest names must be on disk and at
+	// least as long as recorded; a shorter or missing file is never papered
+	// over with a smaller store.
+	metas := make([]manifestlog.SegmentMeta, 0, len(state.Segments))
+	for _, m := range state.Segments {
+		metas = append(metas, m)
+	}
+	slices.SortFunc(metas, func(a, b manifestlog.SegmentMeta) int { return cmpU64(a.Order, b.Order) })
+	for _, m := range metas {
+		dataPath := path(segment.DataName(m.ID, m.FileKind))
+		size, err := fsys.Stat(dataPath)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil, rep, corruption.New(dataPath, -1, "segment %d named by the manifest is missing", m.ID)
+			}
+			return nil, rep, fmt.Errorf("recovery: stat %s: %w", dataPath, err)
+		}
+		if size < m.DataLength {
+			return nil, rep, corruption.New(dataPath, size, "segment %d is %d bytes, the manifest recorded %d", m.ID, size, m.DataLength)
+		}
+		ix, reason, err := LoadOrRebuildIndex(fsys, dir, m)
+		if err != nil {
+			return nil, rep, err
+		}
+		if reason != "" {
+			ixPath := path(segment.IndexName(m.ID))
+			rep.RebuiltIndexes = append(rep.RebuiltIndexes, ixPath+": "+reason)
+			log.Warn("segkv: rebuilt index from its data file", "index", ixPath, "reason", reason)
+		}
+		res.Segments = append(res.Segments, Segment{Meta: m, Path: dataPath, Index: ix})
+	}
+
+	// The live chain: the live file, then every unnamed log file that links
+	// to its predecessor with the predecessor's exact length.
+	var chainIDs map[uint64]bool
+	if state.LiveID != 0 {
+		chainIDs = map[uint64]bool{}
+		// Continuations have larger ids than the file they continue, but not
+		// necessarily the next id: merges and imports draw from the same counter.
+		candidates := []uint64{state.LiveID}
+		for _, id := range sortedKeys(files) {
+			if _, named := state.Segments[id]; id > state.LiveID && files[id].log && !named {
+				candidates = append(candidates, id)
+			}
+		}
+		prevID := uint64(0)
+		prevEnd := int64(-1)
+		for _, id := range candidates {
+			p := path(segment.DataName(id, segment.KindLog))
+			var lf LiveFile
+			var rr segment.ReplayResult
+			var err error
+			if id == state.LiveID {
+				lf, rr, err = replayLive(fsys, p, id, opts)
+			} else {
+				// Validate a candidate before any of its records reach the caller;
+				// continuations only exist after a crash inside a seal, so reading
+				// one twice costs nothing in the common case.
+				lf, rr, err = replayLive(fsys, p, id, Options{})
+			}
+			if err != nil {
+				if id == state.LiveID {
+					return nil, rep, err
+				}
+				// A file that cannot be read as a continuation is not part of the
+				// chain; it holds nothing acknowledged (see the package comment).
+				log.Warn("segkv: unreadable live continuation dropped", "path", p, "err", err)
+				rep.DroppedChain = append(rep.DroppedChain, p)
+				continue
+			}
+			if id != state.LiveID {
+				if !rr.HasLink || rr.LinkID != prevID {
+					// A spare never written to, or a file that continues something else.
+					continue
+				}
+				if rr.LinkLen != prevEnd {
+					// The predecessor lost a torn tail that this file's writes came
+					// after (a longer link), or was cut (a shorter one): either way these
+					// writes do not extend a prefix of history.
+					log.Warn("segkv: live continuation dropped: its predecessor does not end where it links",
+						"path", p, "predecessor_end", prevEnd, "link_length", rr.LinkLen)
+					rep.DroppedChain = append(rep.DroppedChain, p)
+					continue
+				}
+			}
+			if id != state.LiveID {
+				if lf, rr, err = replayLive(fsys, p, id, opts); err != nil {
+					return nil, rep, err
+				}
+			}
+			if rr.Scan.Torn {
+				rep.TornTails = append(rep.TornTails, TornTail{Path: p, Offset: lf.End, Bytes: rr.Scan.TornBytes})
+				log.Warn("segkv: truncated torn tail", "path", p, "offset", lf.End, "bytes", rr.Scan.TornBytes)
+			}
+			// Make the recovered content durable and cut off anything after it, so
+			// that new frames appended at End can never be followed by stale ones.
+			if err := settleLive(fsys, p, lf.End, rr); err != nil {
+				return nil, rep, err
+			}
+			chainIDs[id] = true
+			res.Live = append(res.Live, lf)
+			prevID, prevEnd = id, lf.End
+		}
+	}
+
+	// Remove what the manifest does not name and the chain does not hold.
+	for _, id := range sortedKeys(files) {
+		d := files[id]
+		_, named := state.Segments[id]
+		m := state.Segments[id]
+		if d.seg && (!named || m.FileKind != segment.KindSeg) {
+			if err := remove(fsys, path(segment.DataName(id, segment.KindSeg)), rep, log); err != nil {
+				return nil, rep, err
+			}
+		}
+		if d.log && !chainIDs[id] && (!named || m.FileKind != segment.KindLog) {
+			if err := remove(fsys, path(segment.DataName(id, segment.KindLog)), rep, log); err != nil {
+				return nil, rep, err
+			}
+		}
+		if d.idx && !named {
+			if err := remove(fsys, path(segment.IndexName(id)), rep, log); err != nil {
+				return nil, rep, err
+			}
+		}
+	}
+	return res, rep, nil
+}
+
+// replayLive replays one file of the live chain into OnLiveRecord.
+func replayLive(fsys vfs.FS, p string, id uint64, opts Options) (LiveFile, segment.ReplayResult, error) {
+	lf := LiveFile{ID: id, Path: p}
+	rr, err := segment.Replay(fsys, p, -1, func(r segment.Record, off int64, length int) error {
+		if opts.OnLiveRecord == nil {
+			return nil
+		}
+		return opts.OnLiveRecord(id, r, off, length)
+	})
+	if err != nil {
+		return lf, rr, err
+	}
+	lf.End = rr.Scan.End
+	lf.Records = rr.Records
+	return lf, rr, nil
+}
+
+// settleLive truncates a torn tail and syncs the live file, so that what the
+// store serves from now on is durable before any new write depends on it.
+func settleLive(fsys vfs.FS, p string, end int64, rr segment.ReplayResult) error {
+	f, err := fsys.OpenReadWrite(p)
+	if err != nil {
+		return fmt.Errorf("recovery: open %s: %w", p, err)
+	}
+	defer f.Close()
+	if rr.Scan.Torn {
+		if err := f.Truncate(end); err != nil {
+			return fmt.Errorf("recovery: truncate %s: %w", p, err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("recovery: sync %s: %w", p, err)
+	}
+	return nil
+}
+
+func remove(fsys vfs.FS, p string, rep *Report, log *slog.Logger) error {
+	if err := fsys.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("recovery: remove %s: %w", p, err)
+	}
+	rep.RemovedFiles = append(rep.RemovedFiles, p)
+	log.Warn("segkv: removed file the manifest does not name", "path", p)
+	return nil
+}
+
+// LoadOrRebuildIndex loads the index of segment m, verified against the
+// checksum and identity the manifest recorded. If the index is missing,
+// torn, stale or corrupt it is rebuilt from the data file and rewritten
+// (without a sync: it is a cache), and reason says why. A rebuilt index
+// whose checksum still differs from the manifest's means the data file is
+// not what was sealed: that is corruption of the data file.
+func LoadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) (*index.Index, string, error) {
+	ixPath := filepath.Join(dir, segment.IndexName(m.ID))
+	id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
+	ix, err := index.Load(fsys, ixPath, m.IndexChecksum, id)
+	if err == nil {
+		return ix, "", nil
+	}
+	reason := err.Error()
+	if errors.Is(err, fs.ErrNotExist) {
+		reason = "missing"
+	} else if !errors.Is(err, corruption.ErrCorrupt) {
+		reason = "unreadable: " + reason
+	}
+	dataPath := filepath.Join(dir, segment.DataName(m.ID, m.FileKind))
+	built, err := BuildIndex(fsys, dataPath, m.DataLength)
+	if err != nil {
+		return nil, reason, err
+	}
+	if built.Digest != m.DataDigest {
+		return nil, reason, corruption.New(dataPath, -1, "data digest %016x, the manifest recorded %016x", built.Digest, m.DataDigest)
+	}
+	if built.Checksum != m.IndexChecksum {
+		return nil, reason, corruption.New(ixPath, -1, "rebuilt index checksum %016x differs from the manifest's %016x", built.Checksum, m.IndexChecksum)
+	}
+	if err := index.Write(fsys, ixPath, built.Data); err != nil {
+		return nil, reason, fmt.Errorf("recovery: rewrite index %s: %w", ixPath, err)
+	}
+	ix, err = index.Decode(ixPath, built.Data, m.IndexChecksum, id)
+	if err != nil {
+		return nil, reason, err
+	}
+	return ix, reason, nil
+}
+
+// Built is an index built from a data file.
+type Built struct {
+	Data     []byte
+	Checksum uint64
+	Digest   uint64
+	Records  uint64
+	Keys     uint64
+	MinKey   []byte
+	MaxKey   []byte
+}
+
+// BuildIndex replays the first length bytes of a sealed data file, which must
+// hold complete frames only (a torn tail in a sealed segment is corruption),
+// and builds its index: the newest record of each key wins.
+func BuildIndex(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
+	f, err := fsys.Open(dataPath)
+	if err != nil {
+		return nil, fmt.Errorf("recovery: open %s: %w", dataPath, err)
+	}
+	defer f.Close()
+	latest := map[string]index.Entry{}
+	rr, err := segment.ReplayFile(f, dataPath, length, func(r segment.Record, off int64, n int) error {
+		latest[string(r.Key)] = index.Entry{Kind: r.Kind, Offset: off, Length: uint32(n)}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if rr.Scan.End != length {
+		return nil, corruption.New(dataPath, rr.Scan.End, "sealed segment ends at %d, the manifest recorded %d", rr.Scan.End, length)
+	}
+	digest, err := segment.Digest(f, length)
+	if err != nil {
+		return nil, err
+	}
+	entries := EntriesFromMap(latest)
+	data, sum, err := index.Encode(entries, index.Identity{DataLength: length, DataDigest: digest})
+	if err != nil {
+		return nil, fmt.Errorf("recovery: encode index of %s: %w", dataPath, err)
+	}
+	b := &Built{Data: data, Checksum: sum, Digest: digest, Records: uint64(rr.Records), Keys: uint64(len(entries))}
+	if len(entries) > 0 {
+		b.MinKey = bytes.Clone(entries[0].Key)
+		b.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
+	}
+	return b, nil
+}
+
+// EntriesFromMap turns a key directory into sorted index entries.
+func EntriesFromMap(m map[string]index.Entry) []index.Entry {
+	entries := make([]index.Entry, 0, len(m))
+	for k, e := range m {
+		e.Key = []byte(k)
+		entries = append(entries, e)
+	}
+	slices.SortFunc(entries, func(a, b index.Entry) int { return bytes.Compare(a.Key, b.Key) })
+	return entries
+}
+
+func sortedKeys[V any](m map[uint64]V) []uint64 {
+	keys := make([]uint64, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}

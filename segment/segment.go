@@ -1,0 +1,312 @@
+// Package segment owns the data file format: the file header, the records
+// that frames carry, and the operations on a whole data file that more than
+// one package needs (replaying it, reading one record back, validating a
+// stream). A data file is both the live file the store appends to and, once
+// sealed, an immutable segment: sealing does not rewrite or rename it.
+//
+// # Data file
+//
+//	offset  size  field
+//	0       8     magic "segkvdat"
+//	8       4     format version, little endian (currently 1)
+//	12      4     reserved, zero
+//	16      ...   wal frames (see package wal), back to back
+//
+// The header carries no store-specific identity on purpose: an exported
+// segment is the data file verbatim, so the same content has the same digest
+// in every store that holds it.
+//
+// # Records
+//
+// A frame's payload is one or more records, concatenated. All records of one
+// frame (one group commit, possibly several batches) become durable or are
+// lost together, which is what makes a batch atomic across crashes.
+//
+//	size      field
+//	1         kind: 1 put, 2 delete, 3 link
+//	uvarint   key length
+//	uvarint   value length
+//	...       key
+//	...       value
+//	4         checksum: low 32 bits of xxhash64 of the record's bytes before it
+//
+// The per-record checksum lets a point read verify the one record it fetched
+// without reading the whole frame. A delete has an empty value. A link record
+// (empty key, 16-byte value: previous data file id u64, previous file's data
+// length u64) is the first record of a live file that continues another: it
+// lets recovery tell whether the previous file lost a torn tail, in which
+// case everything after it is not part of a prefix of history and is dropped.
+package segment
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/vfs"
+	"github.com/segkv/segkv/wal"
+)
+
+// Version is the data file format version this package writes and reads.
+const Version = 1
+
+// HeaderSize is the size of the data file header; frames start here.
+const HeaderSize = 16
+
+// Magic opens every data file.
+const Magic = "segkvdat"
+
+// Record kinds.
+const (
+	KindPut    uint8 = 1
+	KindDelete uint8 = 2
+	KindLink   uint8 = 3
+)
+
+// linkValueSize is the size of a link record's value.
+const linkValueSize = 16
+
+// recordTrailer is the size of the per-record checksum.
+const recordTrailer = 4
+
+// Header returns the bytes of a data file header.
+func Header() []byte {
+	h := make([]byte, HeaderSize)
+	copy(h, Magic)
+	binary.LittleEndian.PutUint32(h[8:], Version)
+	return h
+}
+
+// CheckHeader verifies a data file header. An unknown version is refused
+// rather than misread.
+func CheckHeader(path string, h []byte) error {
+	if len(h) < HeaderSize {
+		return corruption.New(path, 0, "data file header truncated (%d bytes)", len(h))
+	}
+	if string(h[:8]) != Magic {
+		return corruption.New(path, 0, "bad magic %q", h[:8])
+	}
+	if v := binary.LittleEndian.Uint32(h[8:]); v != Version {
+		return corruption.New(path, 8, "unknown data file version %d (this build reads %d)", v, Version)
+	}
+	if binary.LittleEndian.Uint32(h[12:]) != 0 {
+		return corruption.New(path, 12, "reserved header field is not zero")
+	}
+	return nil
+}
+
+// Record is one decoded record. Key and Value alias the buffer they were
+// decoded from.
+type Record struct {
+	Kind  uint8
+	Key   []byte
+	Value []byte
+}
+
+// EncodedLen returns the encoded size of a record.
+func EncodedLen(keyLen, valueLen int) int {
+	return 1 + uvarintLen(uint64(keyLen)) + uvarintLen(uint64(valueLen)) + keyLen + valueLen + recordTrailer
+}
+
+// AppendRecord appends one encoded record to dst.
+func AppendRecord(dst []byte, kind uint8, key, value []byte) []byte {
+	start := len(dst)
+	dst = append(dst, kind)
+	dst = binary.AppendUvarint(dst, uint64(len(key)))
+	dst = binary.AppendUvarint(dst, uint64(len(value)))
+	dst = append(dst, key...)
+	dst = append(dst, value...)
+	sum := uint32(xxhash.Sum64(dst[start:]))
+	return binary.LittleEndian.AppendUint32(dst, sum)
+}
+
+// AppendLink appends a link record naming the previous data file and its
+// data length at the moment writers left it.
+func AppendLink(dst []byte, prevID uint64, prevLength int64) []byte {
+	var v [linkValueSize]byte
+	binary.LittleEndian.PutUint64(v[:8], prevID)
+	binary.LittleEndian.PutUint64(v[8:], uint64(prevLength))
+	return AppendRecord(dst, KindLink, nil, v[:])
+}
+
+// ParseLink decodes a link record's value.
+func ParseLink(r Record) (prevID uint64, prevLength int64, ok bool) {
+	if r.Kind != KindLink || len(r.Key) != 0 || len(r.Value) != linkValueSize {
+		return 0, 0, false
+	}
+	return binary.LittleEndian.Uint64(r.Value[:8]), int64(binary.LittleEndian.Uint64(r.Value[8:])), true
+}
+
+// errBadRecord is the cause DecodeRecord reports; callers turn it into a
+// corruption error with the file and offset they know.
+var errBadRecord = errors.New("malformed record")
+
+// DecodeRecord decodes the record at the start of b and returns it with its
+// encoded length. It verifies the record checksum.
+func DecodeRecord(b []byte) (Record, int, error) {
+	if len(b) < 1+1+1+recordTrailer {
+		return Record{}, 0, fmt.Errorf("%w: %d bytes is too short", errBadRecord, len(b))
+	}
+	kind := b[0]
+	if kind != KindPut && kind != KindDelete && kind != KindLink {
+		return Record{}, 0, fmt.Errorf("%w: unknown kind %d", errBadRecord, kind)
+	}
+	pos := 1
+	klen, n := binary.Uvarint(b[pos:])
+	if n <= 0 {
+		return Record{}, 0, fmt.Errorf("%w: bad key length", errBadRecord)
+	}
+	pos += n
+	vlen, n := binary.Uvarint(b[pos:])
+	if n <= 0 {
+		return Record{}, 0, fmt.Errorf("%w: bad value length", errBadRecord)
+	}
+	pos += n
+	rest := uint64(len(b) - pos)
+	if klen > rest || vlen > rest-klen || rest-klen-vlen < recordTrailer {
+		return Record{}, 0, fmt.Errorf("%w: lengths %d+%d exceed the %d bytes left", errBadRecord, klen, vlen, rest)
+	}
+	key := b[pos : pos+int(klen)]
+	pos += int(klen)
+	value := b[pos : pos+int(vlen)]
+	pos += int(vlen)
+	want := binary.LittleEndian.Uint32(b[pos:])
+	if got := uint32(xxhash.Sum64(b[:pos])); got != want {
+		return Record{}, 0, fmt.Errorf("%w: checksum %08x, want %08x", errBadRecord, got, want)
+	}
+	pos += recordTrailer
+	if kind == KindDelete && vlen != 0 {
+		return Record{}, 0, fmt.Errorf("%w: delete with a value", errBadRecord)
+	}
+	return Record{Kind: kind, Key: key, Value: value}, pos, nil
+}
+
+// ForEachRecord decodes every record of one frame payload. frameOff is the
+// frame's file offset, used to report each record's absolute offset and in
+// corruption errors. A payload that does not decode completely is corruption:
+// the frame checksum already proved the bytes are what was written.
+func ForEachRecord(path string, frameOff int64, payload []byte, fn func(r Record, off int64, length int) error) error {
+	base := frameOff + wal.HeaderSize
+	for pos := 0; pos < len(payload); {
+		r, n, err := DecodeRecord(payload[pos:])
+		if err != nil {
+			return corruption.New(path, base+int64(pos), "%v", err)
+		}
+		if err := fn(r, base+int64(pos), n); err != nil {
+			return err
+		}
+		pos += n
+	}
+	return nil
+}
+
+// ReadRecord reads and verifies the record at [off, off+length) of r and
+// checks that it holds key, so that a stale or damaged index can never make a
+// read return another key's value.
+func ReadRecord(r io.ReaderAt, path string, off int64, length int, key []byte) (Record, error) {
+	buf := make([]byte, length)
+	if _, err := r.ReadAt(buf, off); err != nil {
+		if errors.Is(err, io.EOF) {
+			return Record{}, corruption.New(path, off, "record of %d bytes runs past the end of the file", length)
+		}
+		return Record{}, fmt.Errorf("segment: read %s at %d: %w", path, off, err)
+	}
+	rec, n, err := DecodeRecord(buf)
+	if err != nil {
+		return Record{}, corruption.New(path, off, "%v", err)
+	}
+	if n != length {
+		return Record{}, corruption.New(path, off, "record is %d bytes, index says %d", n, length)
+	}
+	if !bytes.Equal(rec.Key, key) {
+		return Record{}, corruption.New(path, off, "record holds another key than the index says")
+	}
+	return rec, nil
+}
+
+// ReplayResult summarises a replay of a data file.
+type ReplayResult struct {
+	Scan     wal.ScanResult
+	Records  int
+	HasLink  bool
+	LinkID   uint64
+	LinkLen  int64
+	FileSize int64
+}
+
+// Replay reads the data file at path from its header to limit (or to its
+// size when limit < 0), verifying every frame and record, and calls fn for each
+// put or delete record in file order. A torn tail is reported in the result,
+// not as an error; damage a crash cannot produce is a *corruption.Error.
+func Replay(fsys vfs.FS, path string, limit int64, fn func(r Record, off int64, length int) error) (ReplayResult, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("segment: open %s: %w", path, err)
+	}
+	defer f.Close()
+	return ReplayFile(f, path, limit, fn)
+}
+
+// ReplayFile is Replay on an already open file.
+func ReplayFile(f vfs.File, path string, limit int64, fn func(r Record, off int64, length int) error) (ReplayResult, error) {
+	size, err := f.Size()
+	if err != nil {
+		return ReplayResult{}, fmt.Errorf("segment: size of %s: %w", path, err)
+	}
+	res := ReplayResult{FileSize: size}
+	if limit < 0 || limit > size {
+		if limit > size {
+			return res, corruption.New(path, size, "file is %d bytes, %d expected", size, limit)
+		}
+		limit = size
+	}
+	h := make([]byte, HeaderSize)
+	if _, err := f.ReadAt(h, 0); err != nil {
+		return res, corruption.New(path, 0, "reading header: %v", err)
+	}
+	if err := CheckHeader(path, h); err != nil {
+		return res, err
+	}
+	first := true
+	res.Scan, err = wal.Scan(f, path, HeaderSize, limit, func(frameOff int64, payload []byte) error {
+		return ForEachRecord(path, frameOff, payload, func(r Record, off int64, length int) error {
+			if r.Kind == KindLink {
+				id, plen, ok := ParseLink(r)
+				if !ok || !first {
+					return corruption.New(path, off, "misplaced or malformed link record")
+				}
+				res.HasLink, res.LinkID, res.LinkLen = true, id, plen
+				first = false
+				return nil
+			}
+			first = false
+			res.Records++
+			return fn(r, off, length)
+		})
+	})
+	return res, err
+}
+
+// Digest hashes the first length bytes of a data file: the content digest the
+// manifest records and peers compare.
+func Digest(r io.ReaderAt, length int64) (uint64, error) {
+	h := xxhash.New()
+	if _, err := io.Copy(h, io.NewSectionReader(r, 0, length)); err != nil {
+		return 0, fmt.Errorf("segment: digest: %w", err)
+	}
+	return h.Sum64(), nil
+}
+
+func uvarintLen(v uint64) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}

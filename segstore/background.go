@@ -1,0 +1,124 @@
+package segstore
+
+import (
+	"sync"
+	"time"
+)
+
+// background runs the store's work that must stay off the write path: making
+// the next live file ahead of need, sealing a full live file, and the
+// periodic sync of SyncInterval mode. One goroutine, woken by requests; it
+// never sleeps on a writer's behalf.
+type background struct {
+	s     *Store
+	seal  chan struct{}
+	spare chan struct{}
+	quit  chan struct{}
+	wg    sync.WaitGroup
+}
+
+func startBackground(s *Store) *background {
+	b := &background{
+		s:     s,
+		seal:  make(chan struct{}, 1),
+		spare: make(chan struct{}, 1),
+		quit:  make(chan struct{}),
+	}
+	b.wg.Add(1)
+	go b.run()
+	b.requestSpare()
+	return b
+}
+
+func (b *background) requestSeal() {
+	if b == nil {
+		return
+	}
+	select {
+	case b.seal <- struct{}{}:
+	default:
+	}
+}
+
+func (b *background) requestSpare() {
+	if b == nil {
+		return
+	}
+	select {
+	case b.spare <- struct{}{}:
+	default:
+	}
+}
+
+func (b *background) stop() {
+	if b == nil {
+		return
+	}
+	close(b.quit)
+	b.wg.Wait()
+}
+
+func (b *background) run() {
+	defer b.wg.Done()
+	var tick <-chan time.Time
+	if b.s.opts.Sync == SyncInterval {
+		t := time.NewTicker(b.s.opts.SyncInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		select {
+		case <-b.quit:
+			return
+		case <-b.spare:
+			b.s.ensureSpare()
+		case <-b.seal:
+			if err := b.s.autoSeal(); err != nil {
+				b.s.log.Warn("segkv: background seal failed", "err", err)
+			}
+		case <-tick:
+			if err := b.s.Sync(); err != nil {
+				b.s.log.Warn("segkv: interval sync failed", "err", err)
+			}
+		}
+	}
+}
+
+// ensureSpare makes the next live file if none is ready.
+func (s *Store) ensureSpare() {
+	s.spareMu.Lock()
+	have := s.spare != nil
+	s.spareMu.Unlock()
+	if have || s.usable() != nil {
+		return
+	}
+	sp, err := s.makeSpare()
+	if err != nil {
+		s.log.Warn("segkv: making the next live file failed; the next seal will retry", "err", err)
+		return
+	}
+	s.spareMu.Lock()
+	if s.spare == nil && !s.closed.Load() {
+		s.spare = sp
+		sp = nil
+	}
+	s.spareMu.Unlock()
+	if sp != nil {
+		sp.f.Close()
+		s.fs.Remove(sp.path)
+	}
+}
+
+// autoSeal seals the live file if it is still over the size threshold (a
+// request may have been satisfied by an explicit Seal meanwhile).
+func (s *Store) autoSeal() error {
+	s.sealMu.Lock()
+	defer s.sealMu.Unlock()
+	s.mu.RLock()
+	t := s.tail
+	s.mu.RUnlock()
+	if t.w.Offset() < s.opts.SegmentSize {
+		return nil
+	}
+	return s.sealLocked()
+}

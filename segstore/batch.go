@@ -1,0 +1,87 @@
+package segstore
+
+import (
+	"fmt"
+
+	"github.com/segkv/segkv/segment"
+)
+
+// Batch collects puts and deletes that Apply writes atomically: after any
+// crash either all of them are visible or none. A Batch is not safe for
+// concurrent use; build it in one goroutine and Apply it once.
+type Batch struct {
+	store   *Store
+	buf     []byte // the encoded records, exactly as they go into the frame
+	entries []batchEntry
+	err     error // first validation error; Apply returns it
+	applied bool
+}
+
+// batchEntry locates one record inside Batch.buf so that the group commit can
+// publish it to the key directory without decoding the batch again.
+type batchEntry struct {
+	keyOff, keyLen int
+	recOff, recLen int
+	kind           uint8
+}
+
+// NewBatch returns an empty batch for this store.
+func (s *Store) NewBatch() *Batch { return &Batch{store: s} }
+
+// Put adds a put of key to value. The batch keeps its own copy of both. An
+// invalid key or value is reported here and again by Apply, which then writes
+// nothing.
+func (b *Batch) Put(key, value []byte) error {
+	return b.add(segment.KindPut, key, value)
+}
+
+// Delete adds a deletion of key.
+func (b *Batch) Delete(key []byte) error {
+	return b.add(segment.KindDelete, key, nil)
+}
+
+// Len returns the number of operations in the batch.
+func (b *Batch) Len() int { return len(b.entries) }
+
+// Reset empties the batch so that it can be reused after Apply.
+func (b *Batch) Reset() {
+	b.buf = b.buf[:0]
+	b.entries = b.entries[:0]
+	b.err = nil
+	b.applied = false
+}
+
+func (b *Batch) add(kind uint8, key, value []byte) error {
+	if b.err != nil {
+		return b.err
+	}
+	if err := b.store.validate(key, value); err != nil {
+		b.err = err
+		return err
+	}
+	if len(b.buf)+segment.EncodedLen(len(key), len(value)) > maxBatchPayload {
+		b.err = fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, maxBatchPayload)
+		return b.err
+	}
+	start := len(b.buf)
+	b.buf = segment.AppendRecord(b.buf, kind, key, value)
+	// The key follows the kind byte and the two length varints.
+	keyOff := start + 1 + uvarintLen(len(key)) + uvarintLen(len(value))
+	b.entries = append(b.entries, batchEntry{
+		keyOff: keyOff, keyLen: len(key),
+		recOff: start, recLen: len(b.buf) - start,
+		kind: kind,
+	})
+	return nil
+}
+
+func (b *Batch) key(e batchEntry) []byte { return b.buf[e.keyOff : e.keyOff+e.keyLen] }
+
+func uvarintLen(v int) int {
+	n := 1
+	for v >= 0x80 {
+		v >>= 7
+		n++
+	}
+	return n
+}

@@ -1,0 +1,149 @@
+package segstore
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/vfs"
+)
+
+// SyncMode says when acknowledged writes become durable.
+type SyncMode int
+
+const (
+	// SyncAlways (the zero value) makes every acknowledged Put, Delete and
+	// Apply durable before it returns. Concurrent writers share one write and
+	// one fdatasync (group commit).
+	SyncAlways SyncMode = iota
+	// SyncManual makes writes durable only on Sync, Seal and Close. A crash
+	// loses a suffix of unsynced writes, never a middle part.
+	SyncManual
+	// SyncInterval syncs in the background every Options.SyncInterval; a crash
+	// loses at most about that much acknowledged history, as a suffix.
+	SyncInterval
+)
+
+func (m SyncMode) String() string {
+	switch m {
+	case SyncAlways:
+		return "always"
+	case SyncManual:
+		return "manual"
+	case SyncInterval:
+		return "interval"
+	}
+	return fmt.Sprintf("SyncMode(%d)", int(m))
+}
+
+// Defaults for Options fields left zero.
+const (
+	DefaultMaxKeySize     = 64 << 10
+	DefaultMaxValueSize   = 64 << 20
+	DefaultSegmentSize    = 64 << 20
+	DefaultSyncInterval   = 100 * time.Millisecond
+	DefaultMaxOpenFiles   = 256
+	maxBatchPayload       = 512 << 20
+	minSegmentSize        = 4 << 10
+	absoluteMaxKeySize    = 1 << 20
+	absoluteMaxValueSize  = 256 << 20
+	defaultMergeStepBytes = 64 << 20
+)
+
+// Options configures a Store. The zero value (or a nil *Options) is valid.
+type Options struct {
+	// FS is the file system; nil means the operating system's.
+	FS vfs.FS
+	// Sync says when writes become durable; the zero value is SyncAlways.
+	Sync SyncMode
+	// SyncInterval is the period of SyncInterval mode.
+	SyncInterval time.Duration
+	// MaxKeySize and MaxValueSize bound what Put accepts (and what Import
+	// accepts from a peer). Zero means the defaults.
+	MaxKeySize   int
+	MaxValueSize int
+	// SegmentSize is the live file size at which the store seals it
+	// automatically. It is also how much space each live file preallocates.
+	SegmentSize int64
+	// MaxOpenFiles bounds the sealed segment files held open for reads; the
+	// least recently used are closed beyond it.
+	MaxOpenFiles int
+	// Logger receives repairs (WARN) and lifecycle events (INFO, DEBUG).
+	// nil discards.
+	Logger *slog.Logger
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	var out Options
+	if o != nil {
+		out = *o
+	}
+	if out.FS == nil {
+		out.FS = vfs.NewOS()
+	}
+	switch out.Sync {
+	case SyncAlways, SyncManual, SyncInterval:
+	default:
+		return out, fmt.Errorf("%w: unknown sync mode %d", ErrInvalidOption, out.Sync)
+	}
+	if out.SyncInterval < 0 {
+		return out, fmt.Errorf("%w: negative SyncInterval", ErrInvalidOption)
+	}
+	if out.SyncInterval == 0 {
+		out.SyncInterval = DefaultSyncInterval
+	}
+	if out.MaxKeySize < 0 || out.MaxKeySize > absoluteMaxKeySize {
+		return out, fmt.Errorf("%w: MaxKeySize %d outside [0, %d]", ErrInvalidOption, out.MaxKeySize, absoluteMaxKeySize)
+	}
+	if out.MaxKeySize == 0 {
+		out.MaxKeySize = DefaultMaxKeySize
+	}
+	if out.MaxValueSize < 0 || out.MaxValueSize > absoluteMaxValueSize {
+		return out, fmt.Errorf("%w: MaxValueSize %d outside [0, %d]", ErrInvalidOption, out.MaxValueSize, absoluteMaxValueSize)
+	}
+	if out.MaxValueSize == 0 {
+		out.MaxValueSize = DefaultMaxValueSize
+	}
+	if out.SegmentSize < 0 || (out.SegmentSize > 0 && out.SegmentSize < minSegmentSize) {
+		return out, fmt.Errorf("%w: SegmentSize %d below %d", ErrInvalidOption, out.SegmentSize, minSegmentSize)
+	}
+	if out.SegmentSize == 0 {
+		out.SegmentSize = DefaultSegmentSize
+	}
+	if out.MaxOpenFiles < 0 {
+		return out, fmt.Errorf("%w: negative MaxOpenFiles", ErrInvalidOption)
+	}
+	if out.MaxOpenFiles == 0 {
+		out.MaxOpenFiles = DefaultMaxOpenFiles
+	}
+	if out.Logger == nil {
+		out.Logger = slog.New(slog.DiscardHandler)
+	}
+	return out, nil
+}
+
+// Errors. Every error a Store returns matches one of these with errors.Is, or
+// wraps an I/O error from the file system.
+var (
+	ErrNotFound      = errors.New("segkv: not found")
+	ErrClosed        = errors.New("segkv: store is closed")
+	ErrLocked        = errors.New("segkv: directory is locked by another store")
+	ErrKeyTooLarge   = errors.New("segkv: key too large")
+	ErrValueTooLarge = errors.New("segkv: value too large")
+	ErrBatchTooLarge = errors.New("segkv: batch too large")
+	ErrInvalidOption = errors.New("segkv: invalid option")
+	ErrInvalidBatch  = errors.New("segkv: batch belongs to another store or was already applied")
+	// ErrFailed is returned by every write after a write or fsync failure.
+	// The store stops accepting writes instead of retrying fsync, because a
+	// retried fsync can report success after the kernel dropped the data.
+	// Reopen the store to recover every write acknowledged before the failure.
+	ErrFailed = errors.New("segkv: store failed after an I/O error; reopen to recover")
+	// ErrCorrupt matches every *CorruptionError.
+	ErrCorrupt = corruption.ErrCorrupt
+)
+
+// CorruptionError carries the file and offset of damage a crash cannot
+// produce. errors.As(err, &ce) extracts it; errors.Is(err, ErrCorrupt) tests it.
+type CorruptionError = corruption.Error

@@ -1,0 +1,257 @@
+package segstore
+
+import (
+	"bytes"
+	"fmt"
+	"path/filepath"
+
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/recovery"
+	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/vfs"
+	"github.com/segkv/segkv/wal"
+)
+
+// spareFile is a live file made ahead of need: header written, space
+// preallocated, file and directory entry durable. Taking one costs a seal no
+// directory sync.
+type spareFile struct {
+	id   uint64
+	path string
+	f    vfs.File
+}
+
+// makeSpare creates a durable, empty live file with a fresh id. Its three
+// barriers (file sync, directory sync) are paid here, off the seal path.
+func (s *Store) makeSpare() (*spareFile, error) {
+	id := s.nextID.Add(1) - 1
+	p := filepath.Join(s.dir, segment.DataName(id, segment.KindLog))
+	f, err := s.fs.Create(p)
+	if err != nil {
+		return nil, fmt.Errorf("segkv: create live file: %w", err)
+	}
+	fail := func(what string, err error) (*spareFile, error) {
+		f.Close()
+		s.fs.Remove(p)
+		return nil, fmt.Errorf("segkv: %s %s: %w", what, p, err)
+	}
+	if err := f.Preallocate(0, s.opts.SegmentSize); err != nil {
+		return fail("preallocate", err)
+	}
+	if _, err := f.WriteAt(segment.Header(), 0); err != nil {
+		return fail("write header of", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fail("sync", err)
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return fail("sync directory for", err)
+	}
+	s.stats.sparesMade.Add(1)
+	return &spareFile{id: id, path: p, f: f}, nil
+}
+
+// takeSpare returns the ready spare, or makes one on the spot (and counts
+// that, since it puts a directory sync on the seal's path).
+func (s *Store) takeSpare() (*spareFile, error) {
+	s.spareMu.Lock()
+	sp := s.spare
+	s.spare = nil
+	s.spareMu.Unlock()
+	if s.bg != nil {
+		s.bg.requestSpare()
+	}
+	if sp != nil {
+		return sp, nil
+	}
+	s.stats.spareMisses.Add(1)
+	return s.makeSpare()
+}
+
+// Seal seals the live file into an immutable segment and moves writers to a
+// fresh live file. Writers wait only for the switch itself. Sealing an empty
+// live file does nothing and costs no fsync. On return the segment is named
+// durably by the manifest.
+//
+// Critical path: at most one fdatasync of the sealed file (skipped when the
+// write path already synced every byte, as SyncAlways does) and one manifest
+// commit. The index file is written but never synced: it is a cache whose
+// checksum the manifest records.
+func (s *Store) Seal() error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	s.sealMu.Lock()
+	defer s.sealMu.Unlock()
+	return s.sealLocked()
+}
+
+func (s *Store) sealLocked() error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	s.mu.RLock()
+	old := s.tail
+	s.mu.RUnlock()
+	old.mu.RLock()
+	empty := old.records == 0
+	old.mu.RUnlock()
+	if empty {
+		return nil
+	}
+	sp, err := s.takeSpare()
+	if err != nil {
+		return err
+	}
+	next := &tail{id: sp.id, path: sp.path, file: sp.f, keys: map[string]loc{}}
+	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, wal.Options{Publish: next.publish})
+
+	// The switch: wait for in-flight commits to the old file, then point
+	// writers at the new one. The link record goes first into the new file so
+	// that recovery can tell whether the old file lost a torn tail that the
+	// new file's writes came after.
+	s.writeMu.Lock()
+	end := old.w.Offset()
+	link := &wal.Request{Payload: segment.AppendLink(nil, old.id, end)}
+	if err := next.w.Commit(link); err != nil {
+		s.writeMu.Unlock()
+		sp.f.Close()
+		s.fail(err)
+		return fmt.Errorf("%w: %w", ErrFailed, err)
+	}
+	s.mu.Lock()
+	s.frozen = old
+	s.tail = next
+	s.mu.Unlock()
+	s.writeMu.Unlock()
+
+	return s.finishSeal(old, next.id)
+}
+
+// finishSeal makes the frozen live file t a sealed segment and names it in
+// the manifest together with the new live file liveID.
+func (s *Store) finishSeal(t *tail, liveID uint64) error {
+	end := t.w.Offset()
+	// Barrier 1, only when the write path left bytes unsynced. The truncate
+	// releases the unused preallocation; it needs no barrier of its own since
+	// the manifest records the data length.
+	if err := t.file.Truncate(end); err != nil {
+		s.fail(err)
+		return fmt.Errorf("%w: truncate %s: %w", ErrFailed, t.path, err)
+	}
+	if t.w.SyncedOffset() < end {
+		if err := t.w.Sync(); err != nil {
+			s.fail(err)
+			return fmt.Errorf("%w: %w", ErrFailed, err)
+		}
+		s.stats.sealDataSyncs.Add(1)
+	}
+	digest, err := segment.Digest(t.file, end)
+	if err != nil {
+		return err
+	}
+	t.mu.RLock()
+	latest := make(map[string]index.Entry, len(t.keys))
+	for k, l := range t.keys {
+		latest[k] = index.Entry{Kind: l.kind, Offset: l.off, Length: l.length}
+	}
+	records := t.records
+	t.mu.RUnlock()
+	entries := recovery.EntriesFromMap(latest)
+	ixData, ixSum, err := index.Encode(entries, index.Identity{DataLength: end, DataDigest: digest})
+	if err != nil {
+		return fmt.Errorf("segkv: encode index of %s: %w", t.path, err)
+	}
+	ixPath := filepath.Join(s.dir, segment.IndexName(t.id))
+	// Not synced: a missing or torn index is rebuilt from the data file.
+	if err := index.Write(s.fs, ixPath, ixData); err != nil {
+		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", ixPath, "err", err)
+	}
+	ix, err := index.Decode(ixPath, ixData, ixSum, index.Identity{DataLength: end, DataDigest: digest})
+	if err != nil {
+		return fmt.Errorf("segkv: decode fresh index %s: %w", ixPath, err)
+	}
+	meta := manifestlog.SegmentMeta{
+		ID:            t.id,
+		FileKind:      segment.KindLog,
+		DataLength:    end,
+		DataDigest:    digest,
+		IndexChecksum: ixSum,
+		Records:       uint64(records),
+		Keys:          uint64(len(entries)),
+	}
+	if len(entries) > 0 {
+		meta.MinKey = bytes.Clone(entries[0].Key)
+		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
+	}
+	seg := &segment{meta: meta, path: t.path, ix: ix}
+	if err := s.commitSegments([]*segment{seg}, nil, liveID, func() {
+		if s.frozen == t {
+			s.frozen = nil
+		}
+	}); err != nil {
+		return err
+	}
+	// No reader can reach the frozen tail any more (readers hold mu while
+	// they use it), so its handle can go; reads now go through the file cache.
+	t.file.Close()
+	s.stats.seals.Add(1)
+	return nil
+}
+
+// commitSegments names added segments (and drops removed ones) in one
+// manifest commit, then installs them for readers. Orders are assigned here,
+// under commitMu, so that newer data always has a higher Order. A non-zero
+// liveID also names the live file. install runs under mu, atomically with the
+// new segment list.
+func (s *Store) commitSegments(add []*segment, remove []uint64, liveID uint64, install func()) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	metas := make([]manifestlog.SegmentMeta, len(add))
+	order := s.nextOrder
+	for i, sg := range add {
+		if sg.meta.Order == 0 {
+			sg.meta.Order = order
+			order++
+		}
+		metas[i] = sg.meta
+	}
+	edit := manifestlog.Edit{Add: metas, Remove: remove, NextID: s.nextID.Load(), NextOrder: order}
+	if liveID != 0 {
+		edit.SetLive, edit.LiveID = true, liveID
+	}
+	seq, err := s.mlog.Commit(edit)
+	if err != nil {
+		s.fail(err)
+		return fmt.Errorf("%w: manifest commit: %w", ErrFailed, err)
+	}
+	s.nextOrder = order
+	for _, sg := range add {
+		sg.meta.AddedSeq = seq
+	}
+	s.mu.Lock()
+	segs := make([]*segment, 0, len(s.segs)+len(add))
+	for _, sg := range s.segs {
+		if !containsID(remove, sg.meta.ID) {
+			segs = append(segs, sg)
+		}
+	}
+	segs = append(segs, add...)
+	sortSegments(segs)
+	s.segs = segs
+	if install != nil {
+		install()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func containsID(ids []uint64, id uint64) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
