@@ -1,6 +1,7 @@
 package segstore
 
 import (
+	"context"
 	"sync"
 	"time"
 )
@@ -13,8 +14,12 @@ type background struct {
 	s     *Store
 	seal  chan struct{}
 	spare chan struct{}
+	merge chan struct{}
 	quit  chan struct{}
 	wg    sync.WaitGroup
+	// ctx ends at stop, so that a merge step in progress stops promptly.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 func startBackground(s *Store) *background {
@@ -22,8 +27,10 @@ func startBackground(s *Store) *background {
 		s:     s,
 		seal:  make(chan struct{}, 1),
 		spare: make(chan struct{}, 1),
+		merge: make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 	}
+	b.ctx, b.cancel = context.WithCancel(context.Background())
 	b.wg.Add(1)
 	go b.run()
 	b.requestSpare()
@@ -50,11 +57,22 @@ func (b *background) requestSpare() {
 	}
 }
 
+func (b *background) requestMerge() {
+	if b == nil || b.s.mergeOpts.Disable {
+		return
+	}
+	select {
+	case b.merge <- struct{}{}:
+	default:
+	}
+}
+
 func (b *background) stop() {
 	if b == nil {
 		return
 	}
 	close(b.quit)
+	b.cancel()
 	b.wg.Wait()
 }
 
@@ -75,6 +93,15 @@ func (b *background) run() {
 		case <-b.seal:
 			if err := b.s.autoSeal(); err != nil {
 				b.s.log.Warn("segkv: background seal failed", "err", err)
+			}
+		case <-b.merge:
+			// One bounded step per wake-up; ask again if there may be more, so
+			// that seals, spares and quit are served between steps.
+			did, err := b.s.mergeStep(b.ctx, false)
+			if err != nil {
+				b.s.log.Warn("segkv: background merge failed", "err", err)
+			} else if did {
+				b.requestMerge()
 			}
 		case <-tick:
 			if err := b.s.Sync(); err != nil {

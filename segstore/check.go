@@ -61,7 +61,7 @@ func (s *Store) checkTail(t *tail) error {
 		return fmt.Errorf("segkv: check %s: file holds %d keys, key directory %d", t.path, len(want), len(t.keys))
 	}
 	for k, l := range t.keys {
-		if want[k] != l {
+		if w := want[k]; w.off != l.off || w.length != l.length || w.kind != l.kind {
 			return fmt.Errorf("segkv: check %s: key %q at %+v in the key directory, newest record at %+v", t.path, k, l, want[k])
 		}
 	}
@@ -69,7 +69,7 @@ func (s *Store) checkTail(t *tail) error {
 }
 
 func (s *Store) checkSegment(sg *segment) error {
-	h, err := s.files.acquire(sg.meta.ID, sg.path)
+	h, err := s.files.acquire(sg.df.id, sg.df.path)
 	if err != nil {
 		return err
 	}
@@ -79,29 +79,29 @@ func (s *Store) checkSegment(sg *segment) error {
 		return err
 	}
 	if digest != sg.meta.DataDigest {
-		return fmt.Errorf("%w: %s: digest %016x, manifest has %016x", ErrCorrupt, sg.path, digest, sg.meta.DataDigest)
+		return fmt.Errorf("%w: %s: digest %016x, manifest has %016x", ErrCorrupt, sg.df.path, digest, sg.meta.DataDigest)
 	}
 	// Rebuilding proves the index holds exactly the newest record of every
 	// key of the data file, no more and no less.
-	built, err := recovery.BuildIndex(s.fs, sg.path, sg.meta.DataLength)
+	built, err := recovery.BuildIndex(s.fs, sg.df.path, sg.meta.DataLength)
 	if err != nil {
-		return fmt.Errorf("segkv: check %s: %w", sg.path, err)
+		return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
 	}
 	if built.Checksum != sg.ix.Checksum() || built.Checksum != sg.meta.IndexChecksum {
 		return fmt.Errorf("segkv: check %s: rebuilt index %016x, loaded %016x, manifest %016x",
-			sg.path, built.Checksum, sg.ix.Checksum(), sg.meta.IndexChecksum)
+			sg.df.path, built.Checksum, sg.ix.Checksum(), sg.meta.IndexChecksum)
 	}
 	if uint64(sg.ix.Len()) != sg.meta.Keys {
-		return fmt.Errorf("segkv: check %s: index has %d keys, manifest %d", sg.path, sg.ix.Len(), sg.meta.Keys)
+		return fmt.Errorf("segkv: check %s: index has %d keys, manifest %d", sg.df.path, sg.ix.Len(), sg.meta.Keys)
 	}
 	for i := 0; i < sg.ix.Len(); i++ {
 		e := sg.ix.At(i)
-		rec, err := segment.ReadRecord(h.f, sg.path, e.Offset, int(e.Length), e.Key)
+		rec, err := segment.ReadRecord(h.f, sg.df.path, e.Offset, int(e.Length), e.Key)
 		if err != nil {
-			return fmt.Errorf("segkv: check %s entry %d: %w", sg.path, i, err)
+			return fmt.Errorf("segkv: check %s entry %d: %w", sg.df.path, i, err)
 		}
 		if rec.Kind != e.Kind {
-			return fmt.Errorf("segkv: check %s entry %d: record kind %d, index %d", sg.path, i, rec.Kind, e.Kind)
+			return fmt.Errorf("segkv: check %s entry %d: record kind %d, index %d", sg.df.path, i, rec.Kind, e.Kind)
 		}
 	}
 	return nil

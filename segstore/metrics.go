@@ -10,6 +10,13 @@ type counters struct {
 	sealDataSyncs atomic.Int64
 	sparesMade    atomic.Int64
 	spareMisses   atomic.Int64
+	filesRemoved   atomic.Int64
+	merges         atomic.Int64
+	mergedBytesIn  atomic.Int64
+	mergedBytesOut atomic.Int64
+	indexRebuilds  atomic.Int64
+	writeStalls    atomic.Int64
+	imports        atomic.Int64
 }
 
 // Metrics is a point-in-time summary of the store.
@@ -24,6 +31,14 @@ type Metrics struct {
 	SparesMade    int64 // live files made ahead of need
 	SpareMisses   int64 // seals that found no spare ready and made one on their path
 	ManifestSeq   uint64
+	Merges         int64 // merge steps committed
+	MergedBytesIn  int64 // data bytes read by merges
+	MergedBytesOut int64 // data bytes written by merges
+	FilesRemoved   int64 // data files removed after their last reader
+	IndexRebuilds  int64 // indexes rebuilt from their data file (at Open or later)
+	WriteStalls    int64 // writes that waited for a seal's switch
+	OpenSnapshots  int64 // snapshots and iterators not yet closed
+	Imported       int64 // segments adopted by Import
 }
 
 // Metrics returns the store's current metrics.
@@ -36,6 +51,14 @@ func (s *Store) Metrics() Metrics {
 		SpareMisses:   s.stats.spareMisses.Load(),
 		OpenFiles:     s.files.openCount(),
 		ManifestSeq:   s.mlog.Seq(),
+		Merges:         s.stats.merges.Load(),
+		MergedBytesIn:  s.stats.mergedBytesIn.Load(),
+		MergedBytesOut: s.stats.mergedBytesOut.Load(),
+		FilesRemoved:   s.stats.filesRemoved.Load(),
+		IndexRebuilds:  s.stats.indexRebuilds.Load(),
+		WriteStalls:    s.stats.writeStalls.Load(),
+		OpenSnapshots:  s.snapshots.Load(),
+		Imported:       s.stats.imports.Load(),
 	}
 	s.mu.RLock()
 	m.Segments = len(s.segs)

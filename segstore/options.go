@@ -70,6 +70,8 @@ type Options struct {
 	// MaxOpenFiles bounds the sealed segment files held open for reads; the
 	// least recently used are closed beyond it.
 	MaxOpenFiles int
+	// Merge tunes (or disables) the background merge.
+	Merge MergeOptions
 	// Logger receives repairs (WARN) and lifecycle events (INFO, DEBUG).
 	// nil discards.
 	Logger *slog.Logger

@@ -104,7 +104,7 @@ func (s *Store) sealLocked() error {
 	if err != nil {
 		return err
 	}
-	next := &tail{id: sp.id, path: sp.path, file: sp.f, keys: map[string]loc{}}
+	next := &tail{id: sp.id, path: sp.path, file: sp.f, df: s.newDataFile(sp.id, segment.KindLog), st: s, keys: map[string]loc{}}
 	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, wal.Options{Publish: next.publish})
 
 	// The switch: wait for in-flight commits to the old file, then point
@@ -185,7 +185,7 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 		meta.MinKey = bytes.Clone(entries[0].Key)
 		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
 	}
-	seg := &segment{meta: meta, path: t.path, ix: ix}
+	seg := &segment{meta: meta, df: t.df, ix: ix}
 	if err := s.commitSegments([]*segment{seg}, nil, liveID, func() {
 		if s.frozen == t {
 			s.frozen = nil
@@ -193,10 +193,10 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 	}); err != nil {
 		return err
 	}
-	// No reader can reach the frozen tail any more (readers hold mu while
-	// they use it), so its handle can go; reads now go through the file cache.
+	// The append handle is done; reads always went through the file cache.
 	t.file.Close()
 	s.stats.seals.Add(1)
+	s.bg.requestMerge()
 	return nil
 }
 
@@ -232,8 +232,11 @@ func (s *Store) commitSegments(add []*segment, remove []uint64, liveID uint64, i
 	}
 	s.mu.Lock()
 	segs := make([]*segment, 0, len(s.segs)+len(add))
+	var retired []*segment
 	for _, sg := range s.segs {
-		if !containsID(remove, sg.meta.ID) {
+		if containsID(remove, sg.meta.ID) {
+			retired = append(retired, sg)
+		} else {
 			segs = append(segs, sg)
 		}
 	}
@@ -244,6 +247,11 @@ func (s *Store) commitSegments(add []*segment, remove []uint64, liveID uint64, i
 		install()
 	}
 	s.mu.Unlock()
+	// Gets hold mu while they read, so none is using a retired file now;
+	// pinned snapshots and exports keep theirs until they are done.
+	for _, sg := range retired {
+		sg.df.retire()
+	}
 	return nil
 }
 

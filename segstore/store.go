@@ -63,11 +63,19 @@ type Store struct {
 	commitMu  sync.Mutex
 	nextOrder uint64
 
+	mergeMu   sync.Mutex // one merge step at a time
+	mergeOpts MergeOptions
+
 	nextID atomic.Uint64 // next data file id to hand out
 
 	spareMu  sync.Mutex
 	spare    *spareFile
 	spareErr error
+
+	// writeSeq numbers published batches; snapshots see those at or below
+	// their own number. snapshots counts open snapshots and iterators.
+	writeSeq  atomic.Uint64
+	snapshots atomic.Int64
 
 	failure atomic.Pointer[error]
 	closed  atomic.Bool
@@ -82,25 +90,43 @@ type Store struct {
 type tail struct {
 	id   uint64
 	path string
-	file vfs.File
+	df   *dataFile
+	file vfs.File // for appending only; reads go through the file cache
 	w    *wal.Writer
 
+	st      *Store
 	mu      sync.RWMutex
 	keys    map[string]loc
 	records int
 }
 
-// loc locates the newest record of a key in a live file.
+// loc locates the newest record of a key in a live file. seq orders
+// publications for snapshots; prev keeps the version a live snapshot may
+// still need (only while snapshots exist, so that chains cost nothing
+// otherwise).
 type loc struct {
 	off    int64
 	length uint32
 	kind   uint8
+	seq    uint64
+	prev   *loc
+}
+
+// visibleAt returns the newest version of l published at or before seq.
+func (l loc) visibleAt(seq uint64) (loc, bool) {
+	for l.seq > seq {
+		if l.prev == nil {
+			return loc{}, false
+		}
+		l = *l.prev
+	}
+	return l, true
 }
 
 // segment is a sealed segment with its index in memory.
 type segment struct {
 	meta manifestlog.SegmentMeta
-	path string
+	df   *dataFile
 	ix   *index.Index
 }
 
@@ -113,7 +139,11 @@ func Open(dir string, opts *Options) (*Store, error) {
 	if dir == "" {
 		return nil, fmt.Errorf("%w: empty directory name", ErrInvalidOption)
 	}
-	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger}
+	mo, err := o.Merge.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo}
 	if err := s.fs.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("segkv: create %s: %w", dir, err)
 	}
@@ -150,7 +180,7 @@ func (s *Store) recover() error {
 		OnLiveRecord: func(id uint64, r segment.Record, off int64, length int) error {
 			t := tails[id]
 			if t == nil {
-				t = &tail{id: id, keys: map[string]loc{}}
+				t = &tail{id: id, st: s, keys: map[string]loc{}}
 				tails[id] = t
 			}
 			t.keys[string(r.Key)] = loc{off: off, length: uint32(length), kind: r.Kind}
@@ -166,7 +196,7 @@ func (s *Store) recover() error {
 	s.nextOrder = max(state.NextOrder, 1)
 
 	for _, rs := range res.Segments {
-		s.segs = append(s.segs, &segment{meta: rs.Meta, path: rs.Path, ix: rs.Index})
+		s.segs = append(s.segs, &segment{meta: rs.Meta, df: s.newDataFile(rs.Meta.ID, rs.Meta.FileKind), ix: rs.Index})
 	}
 	sortSegments(s.segs)
 
@@ -218,9 +248,10 @@ func (s *Store) openTail(id uint64, end int64, replayed *tail) (*tail, error) {
 	}
 	t := replayed
 	if t == nil {
-		t = &tail{id: id, keys: map[string]loc{}}
+		t = &tail{id: id, st: s, keys: map[string]loc{}}
 	}
 	t.path, t.file = p, f
+	t.df = s.newDataFile(id, segment.KindLog)
 	if size, err := f.Size(); err == nil && size < s.opts.SegmentSize {
 		// Recovery may have cut the preallocation with a torn tail; restore it
 		// so that appends do not change the file size (a cheaper barrier).
@@ -236,13 +267,22 @@ func (s *Store) openTail(id uint64, end int64, replayed *tail) (*tail, error) {
 func (t *tail) publish(reqs []*wal.Request) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	keep := t.st.snapshots.Load() > 0
 	for _, r := range reqs {
 		b, ok := r.Data.(*Batch)
 		if !ok {
 			continue
 		}
+		seq := t.st.writeSeq.Add(1)
 		for _, e := range b.entries {
-			t.keys[string(b.key(e))] = loc{off: r.Offset + int64(e.recOff), length: uint32(e.recLen), kind: e.kind}
+			k := b.key(e)
+			nl := loc{off: r.Offset + int64(e.recOff), length: uint32(e.recLen), kind: e.kind, seq: seq}
+			if keep {
+				if old, ok := t.keys[string(k)]; ok {
+					nl.prev = &old
+				}
+			}
+			t.keys[string(k)] = nl
 		}
 		t.records += len(b.entries)
 	}
@@ -363,11 +403,7 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 			if l.kind == segment.KindDelete {
 				return nil, ErrNotFound
 			}
-			rec, err := segment.ReadRecord(t.file, t.path, l.off, int(l.length), key)
-			if err != nil {
-				return nil, err
-			}
-			return bytes.Clone(rec.Value), nil
+			return s.readValue(t.df, l.off, l.length, l.kind, key)
 		}
 	}
 	for _, seg := range s.segs {
@@ -378,23 +414,25 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 		if e.Kind == index.KindDelete {
 			return nil, ErrNotFound
 		}
-		return s.readSegment(seg, e, key)
+		return s.readValue(seg.df, e.Offset, e.Length, e.Kind, key)
 	}
 	return nil, ErrNotFound
 }
 
-func (s *Store) readSegment(seg *segment, e index.Entry, key []byte) ([]byte, error) {
-	h, err := s.files.acquire(seg.meta.ID, seg.path)
+// readValue reads and verifies the record at off in data file d and returns
+// a copy of its value. The caller keeps d pinned (or holds mu).
+func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key []byte) ([]byte, error) {
+	h, err := s.files.acquire(d.id, d.path)
 	if err != nil {
 		return nil, err
 	}
 	defer s.files.release(h)
-	rec, err := segment.ReadRecord(h.f, seg.path, e.Offset, int(e.Length), key)
+	rec, err := segment.ReadRecord(h.f, d.path, off, int(length), key)
 	if err != nil {
 		return nil, err
 	}
-	if rec.Kind != e.Kind {
-		return nil, fmt.Errorf("%w: %s at %d: record kind %d, index says %d", ErrCorrupt, seg.path, e.Offset, rec.Kind, e.Kind)
+	if rec.Kind != kind {
+		return nil, fmt.Errorf("%w: %s at %d: record kind %d, index says %d", ErrCorrupt, d.path, off, rec.Kind, kind)
 	}
 	return bytes.Clone(rec.Value), nil
 }

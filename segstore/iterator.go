@@ -1,0 +1,287 @@
+package segstore
+
+import (
+	"bytes"
+	"container/heap"
+	"slices"
+	"strings"
+
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/segment"
+)
+
+// IterOptions bounds an iterator. Nil bounds are open.
+type IterOptions struct {
+	LowerBound []byte // inclusive
+	UpperBound []byte // exclusive
+	Prefix     []byte // only keys with this prefix (intersected with the bounds)
+}
+
+// Iterator walks keys in ascending byte order over a consistent view (a
+// Snapshot), merging the live file's key directory with the sorted indexes
+// of the sealed segments; the newest version of each key wins and deleted
+// keys are skipped. It is not safe for concurrent use. Close it.
+type Iterator struct {
+	sn     *Snapshot
+	ownsSn bool
+	lower  []byte
+	upper  []byte
+	srcs   []*iterSource
+	h      iterHeap
+	valid  bool
+	key    []byte
+	cur    iterEntry
+	err    error
+}
+
+type iterEntry struct {
+	df     *dataFile
+	off    int64
+	length uint32
+	kind   uint8
+}
+
+// iterSource is one sorted input: a live file's visible keys or a segment index.
+type iterSource struct {
+	prio int // 0 is the newest source
+	df   *dataFile
+	// exactly one of these is set
+	tailKeys []string
+	tailLocs []loc
+	ix       *index.Index
+	pos      int
+}
+
+func (src *iterSource) len() int {
+	if src.ix != nil {
+		return src.ix.Len()
+	}
+	return len(src.tailKeys)
+}
+
+func (src *iterSource) keyAt(i int) []byte {
+	if src.ix != nil {
+		return src.ix.At(i).Key
+	}
+	return []byte(src.tailKeys[i])
+}
+
+func (src *iterSource) entryAt(i int) iterEntry {
+	if src.ix != nil {
+		e := src.ix.At(i)
+		return iterEntry{df: src.df, off: e.Offset, length: e.Length, kind: e.Kind}
+	}
+	l := src.tailLocs[i]
+	return iterEntry{df: src.df, off: l.off, length: l.length, kind: l.kind}
+}
+
+func (src *iterSource) seek(key []byte) {
+	if src.ix != nil {
+		src.pos = src.ix.Search(key)
+		return
+	}
+	k := string(key)
+	src.pos, _ = slices.BinarySearch(src.tailKeys, k)
+}
+
+type iterHeap []*iterSource
+
+func (h iterHeap) Len() int { return len(h) }
+func (h iterHeap) Less(i, j int) bool {
+	c := bytes.Compare(h[i].keyAt(h[i].pos), h[j].keyAt(h[j].pos))
+	if c != 0 {
+		return c < 0
+	}
+	return h[i].prio < h[j].prio
+}
+func (h iterHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *iterHeap) Push(x any)   { *h = append(*h, x.(*iterSource)) }
+func (h *iterHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
+
+// NewIterator returns an iterator over a snapshot of the store taken now.
+func (s *Store) NewIterator(opts *IterOptions) (*Iterator, error) {
+	sn, err := s.NewSnapshot()
+	if err != nil {
+		return nil, err
+	}
+	it := sn.newIterator(opts)
+	it.ownsSn = true
+	return it, nil
+}
+
+// NewIterator returns an iterator over the snapshot.
+func (sn *Snapshot) NewIterator(opts *IterOptions) (*Iterator, error) {
+	if sn.closed.Load() {
+		return nil, ErrClosed
+	}
+	return sn.newIterator(opts), nil
+}
+
+func (sn *Snapshot) newIterator(opts *IterOptions) *Iterator {
+	it := &Iterator{sn: sn}
+	if opts != nil {
+		it.lower, it.upper = opts.LowerBound, opts.UpperBound
+		if opts.Prefix != nil {
+			if it.lower == nil || bytes.Compare(opts.Prefix, it.lower) > 0 {
+				it.lower = opts.Prefix
+			}
+			if succ := prefixSuccessor(opts.Prefix); succ != nil && (it.upper == nil || bytes.Compare(succ, it.upper) < 0) {
+				it.upper = succ
+			}
+		}
+	}
+	prio := 0
+	for _, t := range sn.tails {
+		src := &iterSource{prio: prio, df: t.df}
+		prio++
+		t.mu.RLock()
+		for k, l := range t.keys {
+			if !it.inBounds([]byte(k)) {
+				continue
+			}
+			if v, ok := l.visibleAt(sn.seq); ok {
+				src.tailKeys = append(src.tailKeys, k)
+				src.tailLocs = append(src.tailLocs, v)
+			}
+		}
+		t.mu.RUnlock()
+		sortTail(src)
+		it.srcs = append(it.srcs, src)
+	}
+	for _, sg := range sn.segs {
+		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, ix: sg.ix})
+		prio++
+	}
+	return it
+}
+
+func sortTail(src *iterSource) {
+	idx := make([]int, len(src.tailKeys))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(src.tailKeys[a], src.tailKeys[b]) })
+	keys := make([]string, len(idx))
+	locs := make([]loc, len(idx))
+	for i, j := range idx {
+		keys[i], locs[i] = src.tailKeys[j], src.tailLocs[j]
+	}
+	src.tailKeys, src.tailLocs = keys, locs
+}
+
+func (it *Iterator) inBounds(k []byte) bool {
+	return (it.lower == nil || bytes.Compare(k, it.lower) >= 0) && (it.upper == nil || bytes.Compare(k, it.upper) < 0)
+}
+
+// First positions the iterator at the first key within the bounds.
+func (it *Iterator) First() bool {
+	if it.lower != nil {
+		return it.Seek(it.lower)
+	}
+	return it.Seek(nil)
+}
+
+// Seek positions the iterator at the first key >= key within the bounds.
+func (it *Iterator) Seek(key []byte) bool {
+	if it.err != nil || it.sn.closed.Load() {
+		it.valid = false
+		return false
+	}
+	if it.lower != nil && bytes.Compare(key, it.lower) < 0 {
+		key = it.lower
+	}
+	it.h = it.h[:0]
+	for _, src := range it.srcs {
+		src.seek(key)
+		if src.pos < src.len() {
+			it.h = append(it.h, src)
+		}
+	}
+	heap.Init(&it.h)
+	return it.advance()
+}
+
+// Next moves to the next key. It returns false at the end.
+func (it *Iterator) Next() bool {
+	if !it.valid {
+		return false
+	}
+	return it.advance()
+}
+
+// advance takes the smallest key from the heap; its newest version decides.
+func (it *Iterator) advance() bool {
+	for len(it.h) > 0 {
+		top := it.h[0]
+		key := bytes.Clone(top.keyAt(top.pos))
+		if it.upper != nil && bytes.Compare(key, it.upper) >= 0 {
+			break
+		}
+		best := top.entryAt(top.pos)
+		// Step every source past this key; the first popped has the best prio.
+		for len(it.h) > 0 && bytes.Equal(it.h[0].keyAt(it.h[0].pos), key) {
+			src := it.h[0]
+			src.pos++
+			if src.pos < src.len() {
+				heap.Fix(&it.h, 0)
+			} else {
+				heap.Pop(&it.h)
+			}
+		}
+		if best.kind == segment.KindDelete {
+			continue
+		}
+		it.key, it.cur, it.valid = key, best, true
+		return true
+	}
+	it.valid = false
+	return false
+}
+
+// Valid reports whether the iterator is at a key.
+func (it *Iterator) Valid() bool { return it.valid }
+
+// Key returns the current key. It stays valid until the next move.
+func (it *Iterator) Key() []byte { return it.key }
+
+// Value reads the current key's value: a copy the caller owns.
+func (it *Iterator) Value() ([]byte, error) {
+	if !it.valid {
+		return nil, ErrNotFound
+	}
+	v, err := it.sn.s.readValue(it.cur.df, it.cur.off, it.cur.length, it.cur.kind, it.key)
+	if err != nil {
+		it.err = err
+	}
+	return v, err
+}
+
+// Err returns the first error the iterator met.
+func (it *Iterator) Err() error { return it.err }
+
+// Close releases the iterator (and its snapshot, if it made one).
+func (it *Iterator) Close() error {
+	it.valid = false
+	if it.ownsSn {
+		return it.sn.Close()
+	}
+	return nil
+}
+
+// prefixSuccessor returns the smallest key greater than every key with the
+// prefix, or nil if there is none (the prefix is all 0xff).
+func prefixSuccessor(p []byte) []byte {
+	s := bytes.Clone(p)
+	for i := len(s) - 1; i >= 0; i-- {
+		if s[i] != 0xff {
+			s[i]++
+			return s[:i+1]
+		}
+	}
+	return nil
+}

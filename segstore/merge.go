@@ -1,0 +1,365 @@
+package segstore
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/wal"
+)
+
+// MergeOptions tunes the background merge, which folds runs of adjacent
+// segments of similar size into one, keeping only the newest version of each
+// key. The zero value enables it with the defaults below.
+type MergeOptions struct {
+	// Disable turns background merging off; Compact still works.
+	Disable bool
+	// MinRun is how many adjacent segments of similar size make a run worth
+	// merging in the background (default 4).
+	MinRun int
+	// SizeRatio bounds "similar size": the largest segment of a run is at
+	// most SizeRatio times the smallest (default 4).
+	SizeRatio float64
+	// MaxStepBytes bounds the input of one merge step (default 64 MiB), and so
+	// the work between two manifest commits.
+	MaxStepBytes int64
+	// BytesPerSecond, if positive, limits the rate at which a merge writes.
+	BytesPerSecond int64
+}
+
+func (m MergeOptions) withDefaults() (MergeOptions, error) {
+	if m.MinRun < 0 || m.SizeRatio < 0 || m.MaxStepBytes < 0 || m.BytesPerSecond < 0 {
+		return m, fmt.Errorf("%w: negative merge option", ErrInvalidOption)
+	}
+	if m.MinRun == 0 {
+		m.MinRun = 4
+	}
+	if m.MinRun < 2 {
+		return m, fmt.Errorf("%w: MinRun below 2", ErrInvalidOption)
+	}
+	if m.SizeRatio == 0 {
+		m.SizeRatio = 4
+	}
+	if m.SizeRatio < 1 {
+		return m, fmt.Errorf("%w: SizeRatio below 1", ErrInvalidOption)
+	}
+	if m.MaxStepBytes == 0 {
+		m.MaxStepBytes = defaultMergeStepBytes
+	}
+	return m, nil
+}
+
+// mergeFrameBytes is the payload size at which a merge flushes a frame.
+const mergeFrameBytes = 1 << 20
+
+// pickRun chooses the next run to merge from segments ordered oldest first.
+// The background policy wants MinRun adjacent segments of similar size;
+// Compact (full) takes any run of two or more, starting from the oldest so
+// that tombstones can be dropped. Both respect MaxStepBytes.
+func pickRun(oldestFirst []*segment, o MergeOptions, full bool) []*segment {
+	n := len(oldestFirst)
+	bestStart, bestLen := -1, 0
+	for i := 0; i < n; i++ {
+		var total int64
+		minSize, maxSize := int64(-1), int64(0)
+		j := i
+		for ; j < n; j++ {
+			sz := oldestFirst[j].meta.DataLength
+			if total+sz > o.MaxStepBytes && j > i {
+				break
+			}
+			nmin, nmax := minSize, max(maxSize, sz)
+			if nmin < 0 || sz < nmin {
+				nmin = sz
+			}
+			if !full && float64(nmax) > o.SizeRatio*float64(max(nmin, 1)) {
+				break
+			}
+			total += sz
+			minSize, maxSize = nmin, nmax
+		}
+		runLen := j - i
+		need := o.MinRun
+		if full {
+			need = 2
+		}
+		if runLen >= need && runLen > bestLen {
+			bestStart, bestLen = i, runLen
+			if full {
+				break // the oldest run first
+			}
+		}
+	}
+	if bestStart < 0 {
+		return nil
+	}
+	return oldestFirst[bestStart : bestStart+bestLen]
+}
+
+// Compact merges until the merge policy, applied in full (any two adjacent
+// segments that fit in MaxStepBytes are merged), is satisfied, or ctx ends.
+// It runs in bounded steps, each one manifest commit, and never blocks
+// writers.
+func (s *Store) Compact(ctx context.Context) error {
+	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		did, err := s.mergeStep(ctx, true)
+		if err != nil {
+			return err
+		}
+		if !did {
+			return nil
+		}
+	}
+}
+
+// mergeStep merges one run if the policy finds one. It holds no lock that
+// writers or readers need while it copies.
+func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
+	if err := s.usable(); err != nil {
+		return false, err
+	}
+	s.mergeMu.Lock()
+	defer s.mergeMu.Unlock()
+
+	s.mu.RLock()
+	oldestFirst := slices.Clone(s.segs)
+	s.mu.RUnlock()
+	slices.Reverse(oldestFirst)
+	run := pickRun(oldestFirst, s.mergeOpts, full)
+	if len(run) == 0 {
+		return false, nil
+	}
+	// Only merges remove segments and only one merge runs at a time, so the
+	// oldest segment now is still the oldest when this step commits: a run
+	// that starts there has nothing older that a tombstone could be hiding.
+	dropTombstones := run[0] == oldestFirst[0]
+	for _, sg := range run {
+		sg.df.pin()
+	}
+	defer func() {
+		for _, sg := range run {
+			sg.df.unpin()
+		}
+	}()
+	out, err := s.writeMerged(ctx, run, dropTombstones)
+	if err != nil {
+		return false, err
+	}
+	inputs := make([]uint64, len(run))
+	var inBytes int64
+	for i, sg := range run {
+		inputs[i] = sg.meta.ID
+		inBytes += sg.meta.DataLength
+	}
+	if err := s.commitSegments([]*segment{out}, inputs, 0, nil); err != nil {
+		return false, err
+	}
+	s.stats.merges.Add(1)
+	s.stats.mergedBytesIn.Add(inBytes)
+	s.stats.mergedBytesOut.Add(out.meta.DataLength)
+	s.log.Debug("segkv: merged segments", "inputs", inputs, "output", out.meta.ID,
+		"bytes_in", inBytes, "bytes_out", out.meta.DataLength)
+	return true, nil
+}
+
+// mergeCursor walks one input segment's index in key order.
+type mergeCursor struct {
+	sg  *segment
+	pos int
+}
+
+// writeMerged writes the merge output of run (ordered oldest first) to a new
+// ".seg" file, makes it durable with its directory entry, writes its index
+// (unsynced), and returns the segment, not yet committed. On any error the
+// output file is removed (and would be by the next Open anyway).
+func (s *Store) writeMerged(ctx context.Context, run []*segment, dropTombstones bool) (_ *segment, err error) {
+	id := s.nextID.Add(1) - 1
+	df := s.newDataFile(id, segment.KindSeg)
+	f, err := s.fs.Create(df.path)
+	if err != nil {
+		return nil, fmt.Errorf("segkv: create merge output: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			s.fs.Remove(df.path)
+		}
+	}()
+	digest := xxhash.New()
+	off := int64(0)
+	write := func(b []byte) error {
+		if _, err := f.WriteAt(b, off); err != nil {
+			return fmt.Errorf("segkv: write merge output %s: %w", df.path, err)
+		}
+		digest.Write(b)
+		off += int64(len(b))
+		return nil
+	}
+	if err := write(segment.Header()); err != nil {
+		return nil, err
+	}
+
+	handles := make([]*fileHandle, len(run))
+	for i, sg := range run {
+		h, err := s.files.acquire(sg.df.id, sg.df.path)
+		if err != nil {
+			for _, hh := range handles[:i] {
+				s.files.release(hh)
+			}
+			return nil, err
+		}
+		handles[i] = h
+	}
+	defer func() {
+		for _, h := range handles {
+			s.files.release(h)
+		}
+	}()
+
+	var (
+		entries  []index.Entry
+		payload  []byte
+		frame    []byte
+		pending  []int // indexes into entries whose offsets await the frame's offset
+		records  uint64
+		started  = time.Now()
+		written  int64
+		maxOrder uint64
+	)
+	for _, sg := range run {
+		maxOrder = max(maxOrder, sg.meta.Order)
+	}
+	flush := func() error {
+		if len(payload) == 0 {
+			return nil
+		}
+		frameOff := off
+		frame = wal.AppendFrame(frame[:0], payload, 0)
+		if err := write(frame); err != nil {
+			return err
+		}
+		for _, i := range pending {
+			entries[i].Offset += frameOff + wal.HeaderSize
+		}
+		written += int64(len(frame))
+		payload, pending = payload[:0], pending[:0]
+		if bps := s.mergeOpts.BytesPerSecond; bps > 0 {
+			// Pace the background copy; no writer waits on this sleep.
+			due := started.Add(time.Duration(float64(written) / float64(bps) * float64(time.Second)))
+			if d := time.Until(due); d > 0 {
+				select {
+				case <-time.After(d):
+				case <-ctx.Done():
+				}
+			}
+		}
+		return ctx.Err()
+	}
+
+	cursors := make([]*mergeCursor, len(run))
+	for i, sg := range run {
+		cursors[i] = &mergeCursor{sg: sg}
+	}
+	buf := make([]byte, 0, 4096)
+	for {
+		// The smallest key among cursors; on ties the newest input (last in run) wins.
+		best := -1
+		var bestKey []byte
+		for i, c := range cursors {
+			if c.pos >= c.sg.ix.Len() {
+				continue
+			}
+			k := c.sg.ix.At(c.pos).Key
+			if best < 0 {
+				best, bestKey = i, k
+				continue
+			}
+			if cmp := bytes.Compare(k, bestKey); cmp < 0 || cmp == 0 {
+				best, bestKey = i, k
+			}
+		}
+		if best < 0 {
+			break
+		}
+		e := cursors[best].sg.ix.At(cursors[best].pos)
+		key := bytes.Clone(bestKey)
+		for _, c := range cursors {
+			if c.pos < c.sg.ix.Len() && bytes.Equal(c.sg.ix.At(c.pos).Key, key) {
+				c.pos++
+			}
+		}
+		if e.Kind == index.KindDelete && dropTombstones {
+			continue
+		}
+		if cap(buf) < int(e.Length) {
+			buf = make([]byte, e.Length)
+		}
+		rec := buf[:e.Length]
+		if _, err := handles[best].f.ReadAt(rec, e.Offset); err != nil {
+			return nil, fmt.Errorf("segkv: merge read %s at %d: %w", run[best].df.path, e.Offset, err)
+		}
+		// Verify before copying: a merge must not launder a damaged record
+		// into a new file with a fresh checksum.
+		if _, _, err := segment.DecodeRecord(rec); err != nil {
+			return nil, fmt.Errorf("%w: %s at %d: %v", ErrCorrupt, run[best].df.path, e.Offset, err)
+		}
+		entries = append(entries, index.Entry{Key: key, Kind: e.Kind, Offset: int64(len(payload)), Length: e.Length})
+		pending = append(pending, len(entries)-1)
+		payload = append(payload, rec...)
+		records++
+		if len(payload) >= mergeFrameBytes {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return nil, err
+	}
+	// The output must be durable, and its directory entry too, before the
+	// manifest names it. This directory sync is on the merge's path, not a
+	// writer's.
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("segkv: sync merge output: %w", err)
+	}
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		return nil, fmt.Errorf("segkv: sync directory for merge output: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("segkv: close merge output: %w", err)
+	}
+	ident := index.Identity{DataLength: off, DataDigest: digest.Sum64()}
+	ixData, ixSum, err := index.Encode(entries, ident)
+	if err != nil {
+		return nil, fmt.Errorf("segkv: encode merge index: %w", err)
+	}
+	ixPath := filepath.Join(s.dir, segment.IndexName(id))
+	if err := index.Write(s.fs, ixPath, ixData); err != nil {
+		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", ixPath, "err", err)
+	}
+	ix, err := index.Decode(ixPath, ixData, ixSum, ident)
+	if err != nil {
+		return nil, err
+	}
+	meta := manifestlog.SegmentMeta{
+		ID: id, FileKind: segment.KindSeg, Order: maxOrder,
+		DataLength: off, DataDigest: ident.DataDigest, IndexChecksum: ixSum,
+		Records: records, Keys: uint64(len(entries)),
+	}
+	if len(entries) > 0 {
+		meta.MinKey = bytes.Clone(entries[0].Key)
+		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
+	}
+	return &segment{meta: meta, df: df, ix: ix}, nil
+}

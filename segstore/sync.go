@@ -1,0 +1,359 @@
+package segstore
+
+import (
+	"bytes"
+	"cmp"
+	"slices"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/recovery"
+	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/wal"
+)
+
+// SegmentInfo describes a sealed segment.
+type SegmentInfo struct {
+	ID       uint64 // local id: names the segment in Export
+	Size     int64  // bytes of the data file (what Export streams)
+	Records  uint64 // records in the data file, superseded ones included
+	Keys     uint64 // distinct keys (tombstones included)
+	Digest   uint64 // xxhash64 of the data file: equal content, equal digest, in any store
+	Order    uint64 // shadowing order: a higher Order holds newer data
+	AddedSeq uint64 // the ManifestSeq of the commit that added it
+	MinKey   []byte
+	MaxKey   []byte
+}
+
+func infoOf(m manifestlog.SegmentMeta) SegmentInfo {
+	return SegmentInfo{
+		ID: m.ID, Size: m.DataLength, Records: m.Records, Keys: m.Keys, Digest: m.DataDigest,
+		Order: m.Order, AddedSeq: m.AddedSeq, MinKey: bytes.Clone(m.MinKey), MaxKey: bytes.Clone(m.MaxKey),
+	}
+}
+
+// Segments returns the sealed segments, oldest first.
+func (s *Store) Segments() []SegmentInfo {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]SegmentInfo, len(s.segs))
+	for i, sg := range s.segs {
+		out[len(s.segs)-1-i] = infoOf(sg.meta)
+	}
+	return out
+}
+
+// ErrNoSegment is returned by Export for an id that names no sealed segment.
+var ErrNoSegment = errors.New("segkv: no such sealed segment")
+
+// Export streams sealed segment id's data file to w: the data file only; an
+// importer rebuilds the index itself. The segment stays on disk until the
+// export is done, whatever merges do meanwhile.
+func (s *Store) Export(ctx context.Context, id uint64, w io.Writer) (int64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	if w == nil {
+		return 0, fmt.Errorf("%w: nil writer", ErrInvalidOption)
+	}
+	s.mu.RLock()
+	var sg *segment
+	for _, c := range s.segs {
+		if c.meta.ID == id {
+			sg = c
+			break
+		}
+	}
+	if sg != nil {
+		sg.df.pin()
+	}
+	s.mu.RUnlock()
+	if sg == nil {
+		return 0, fmt.Errorf("%w: %d", ErrNoSegment, id)
+	}
+	defer sg.df.unpin()
+	h, err := s.files.acquire(sg.df.id, sg.df.path)
+	if err != nil {
+		return 0, err
+	}
+	defer s.files.release(h)
+	var n int64
+	buf := make([]byte, 1<<20)
+	digest := xxhash.New()
+	for n < sg.meta.DataLength {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		chunk := buf[:min(int64(len(buf)), sg.meta.DataLength-n)]
+		if _, err := h.f.ReadAt(chunk, n); err != nil {
+			return n, fmt.Errorf("segkv: export %s at %d: %w", sg.df.path, n, err)
+		}
+		digest.Write(chunk)
+		m, err := w.Write(chunk)
+		n += int64(m)
+		if err != nil {
+			return n, fmt.Errorf("segkv: export %s: %w", sg.df.path, err)
+		}
+	}
+	// A peer trusts nothing we send, but we should not knowingly send a
+	// damaged segment either.
+	if digest.Sum64() != sg.meta.DataDigest {
+		return n, corruption.New(sg.df.path, -1, "exported bytes have digest %016x, the manifest recorded %016x", digest.Sum64(), sg.meta.DataDigest)
+	}
+	return n, nil
+}
+
+// ImportError names the stream of a batch that made Import refuse it.
+type ImportError struct {
+	Stream int   // index of the stream in the Import call
+	Offset int64 // byte offset in that stream, -1 if not applicable
+	Err    error
+}
+
+func (e *ImportError) Error() string {
+	return fmt.Sprintf("segkv: import stream %d at offset %d: %v", e.Stream, e.Offset, e.Err)
+}
+
+func (e *ImportError) Unwrap() error { return e.Err }
+
+// Import adopts a batch of segment streams (each an exported data file) as
+// one atomic commit. Every record is validated as it is copied, each index is
+// built locally, the new files are made durable with one directory sync for
+// the whole batch, and one manifest commit adds them all. Any invalid stream
+// or a cancelled ctx fails the whole batch, with an *ImportError naming the
+// stream and offset; nothing of the batch becomes visible and its files are
+// removed. A stream whose digest is already present in the store (or earlier
+// in the same batch) is skipped, so re-running a sync is harmless. Imported
+// segments are newer than every sealed segment, older than the live file.
+// The returned infos describe the segments added, in stream order.
+func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInfo, error) {
+	if err := s.usable(); err != nil {
+		return nil, err
+	}
+	have := map[uint64]bool{}
+	s.mu.RLock()
+	for _, sg := range s.segs {
+		have[sg.meta.DataDigest] = true
+	}
+	s.mu.RUnlock()
+
+	var written []*segment
+	cleanup := func() {
+		for _, sg := range written {
+			s.fs.Remove(sg.df.path)
+			s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+		}
+	}
+	for i, r := range segments {
+		if r == nil {
+			cleanup()
+			return nil, &ImportError{Stream: i, Offset: -1, Err: fmt.Errorf("%w: nil reader", ErrInvalidOption)}
+		}
+		sg, err := s.importOne(ctx, r)
+		if err != nil {
+			cleanup()
+			var ce *corruption.Error
+			off := int64(-1)
+			if errors.As(err, &ce) {
+				off = ce.Offset
+			}
+			return nil, &ImportError{Stream: i, Offset: off, Err: err}
+		}
+		if have[sg.meta.DataDigest] {
+			s.fs.Remove(sg.df.path)
+			s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+			continue
+		}
+		have[sg.meta.DataDigest] = true
+		written = append(written, sg)
+	}
+	if err := ctx.Err(); err != nil {
+		cleanup()
+		return nil, err
+	}
+	if len(written) == 0 {
+		return []SegmentInfo{}, nil
+	}
+	// One directory sync makes every new file's entry durable; only then may
+	// the manifest name them.
+	if err := s.fs.SyncDir(s.dir); err != nil {
+		cleanup()
+		return nil, fmt.Errorf("segkv: import: sync directory: %w", err)
+	}
+	if err := s.commitSegments(written, nil, 0, nil); err != nil {
+		return nil, err
+	}
+	s.stats.imports.Add(int64(len(written)))
+	s.bg.requestMerge()
+	out := make([]SegmentInfo, len(written))
+	for i, sg := range written {
+		out[i] = infoOf(sg.meta)
+	}
+	return out, nil
+}
+
+// importOne copies one stream into a new ".seg" file, validating every frame
+// and record, syncs the file, and writes its locally built index.
+func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *segment, err error) {
+	id := s.nextID.Add(1) - 1
+	df := s.newDataFile(id, segment.KindSeg)
+	name := df.path
+	f, err := s.fs.Create(df.path)
+	if err != nil {
+		return nil, fmt.Errorf("segkv: import: create %s: %w", df.path, err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			s.fs.Remove(df.path)
+		}
+	}()
+	hdr := make([]byte, segment.HeaderSize)
+	if _, err := io.ReadFull(r, hdr); err != nil {
+		return nil, corruption.New(name, 0, "stream ends inside the data file header: %v", err)
+	}
+	if err := segment.CheckHeader(name, hdr); err != nil {
+		return nil, err
+	}
+	digest := xxhash.New()
+	off := int64(0)
+	write := func(b []byte) error {
+		if _, err := f.WriteAt(b, off); err != nil {
+			return fmt.Errorf("segkv: import: write %s: %w", df.path, err)
+		}
+		digest.Write(b)
+		off += int64(len(b))
+		return nil
+	}
+	if err := write(hdr); err != nil {
+		return nil, err
+	}
+	latest := map[string]index.Entry{}
+	var records uint64
+	first := true
+	maxPayload := maxBatchPayload + wal.HeaderSize
+	sr := wal.NewStreamReader(r, name, segment.HeaderSize, maxPayload)
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		frame, payload, err := sr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+		frameOff := off
+		err = segment.ForEachRecord(name, frameOff, payload, func(rec segment.Record, recOff int64, n int) error {
+			if rec.Kind == segment.KindLink {
+				if _, _, ok := segment.ParseLink(rec); !ok || !first {
+					return corruption.New(name, recOff, "misplaced or malformed link record")
+				}
+				first = false
+				return nil
+			}
+			first = false
+			if len(rec.Key) > s.opts.MaxKeySize {
+				return corruption.New(name, recOff, "%v: key of %d bytes", ErrKeyTooLarge, len(rec.Key))
+			}
+			if len(rec.Value) > s.opts.MaxValueSize {
+				return corruption.New(name, recOff, "%v: value of %d bytes", ErrValueTooLarge, len(rec.Value))
+			}
+			latest[string(rec.Key)] = index.Entry{Kind: rec.Kind, Offset: recOff, Length: uint32(n)}
+			records++
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		if err := write(frame); err != nil {
+			return nil, err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		return nil, fmt.Errorf("segkv: import: sync %s: %w", df.path, err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("segkv: import: close %s: %w", df.path, err)
+	}
+	sg, err := s.indexImported(df, off, digest.Sum64(), latest, records)
+	if err != nil {
+		s.fs.Remove(df.path)
+		return nil, err
+	}
+	return sg, nil
+}
+
+// indexImported builds, writes (unsynced) and loads the index of an imported file.
+func (s *Store) indexImported(df *dataFile, length int64, digest uint64, latest map[string]index.Entry, records uint64) (*segment, error) {
+	entries := recovery.EntriesFromMap(latest)
+	ident := index.Identity{DataLength: length, DataDigest: digest}
+	ixData, ixSum, err := index.Encode(entries, ident)
+	if err != nil {
+		return nil, fmt.Errorf("segkv: import: encode index: %w", err)
+	}
+	ixPath := filepath.Join(s.dir, segment.IndexName(df.id))
+	if err := index.Write(s.fs, ixPath, ixData); err != nil {
+		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", ixPath, "err", err)
+	}
+	ix, err := index.Decode(ixPath, ixData, ixSum, ident)
+	if err != nil {
+		return nil, err
+	}
+	meta := manifestlog.SegmentMeta{
+		ID: df.id, FileKind: segment.KindSeg, DataLength: length, DataDigest: digest,
+		IndexChecksum: ixSum, Records: records, Keys: uint64(len(entries)),
+	}
+	if len(entries) > 0 {
+		meta.MinKey = bytes.Clone(entries[0].Key)
+		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
+	}
+	return &segment{meta: meta, df: df, ix: ix}, nil
+}
+
+// Changes is what a peer needs to catch up from a ManifestSeq it saw.
+type Changes struct {
+	Seq     uint64        // the store's ManifestSeq now
+	Added   []SegmentInfo // sealed segments added after the given seq, still present, oldest first
+	Removed []uint64      // segment ids removed after the given seq
+	// Complete is false when the history since the given seq has been
+	// checkpointed away: Added then lists every segment and Removed is
+	// empty, and the peer must treat it as a full listing.
+	Complete bool
+}
+
+// ChangesSince reports what changed after ManifestSeq seq. When seq equals
+// the current ManifestSeq the answer is "nothing" at O(1) cost.
+func (s *Store) ChangesSince(seq uint64) Changes {
+	cur := s.mlog.Seq()
+	if seq == cur {
+		return Changes{Seq: cur, Complete: true}
+	}
+	added, removed, complete := s.mlog.Changes(seq)
+	if !complete || seq > cur {
+		return Changes{Seq: cur, Added: s.Segments(), Complete: false}
+	}
+	out := Changes{Seq: cur, Removed: removed, Complete: true}
+	s.mu.RLock()
+	present := make(map[uint64]manifestlog.SegmentMeta, len(s.segs))
+	for _, sg := range s.segs {
+		present[sg.meta.ID] = sg.meta
+	}
+	s.mu.RUnlock()
+	for _, m := range added {
+		if cur, ok := present[m.ID]; ok {
+			out.Added = append(out.Added, infoOf(cur))
+		}
+	}
+	slices.SortFunc(out.Added, func(a, b SegmentInfo) int { return cmp.Compare(a.Order, b.Order) })
+	return out
+}
