@@ -5,11 +5,11 @@ import "sync/atomic"
 // counters are the store's running totals, updated with atomics so that
 // Metrics is cheap enough to poll.
 type counters struct {
-	writes        atomic.Int64
-	seals         atomic.Int64
-	sealDataSyncs atomic.Int64
-	sparesMade    atomic.Int64
-	spareMisses   atomic.Int64
+	writes         atomic.Int64
+	seals          atomic.Int64
+	sealDataSyncs  atomic.Int64
+	sparesMade     atomic.Int64
+	spareMisses    atomic.Int64
 	filesRemoved   atomic.Int64
 	merges         atomic.Int64
 	mergedBytesIn  atomic.Int64
@@ -21,16 +21,16 @@ type counters struct {
 
 // Metrics is a point-in-time summary of the store.
 type Metrics struct {
-	Segments      int   // sealed segments
-	SegmentBytes  int64 // bytes of sealed data files
-	LiveBytes     int64 // bytes appended to the live file
-	OpenFiles     int   // sealed segment files held open
-	Writes        int64 // acknowledged Put/Delete/Apply calls
-	Seals         int64
-	SealDataSyncs int64 // seals that had to fdatasync the sealed file themselves
-	SparesMade    int64 // live files made ahead of need
-	SpareMisses   int64 // seals that found no spare ready and made one on their path
-	ManifestSeq   uint64
+	Segments       int   // sealed segments
+	SegmentBytes   int64 // bytes of sealed data files
+	LiveBytes      int64 // bytes appended to the live file
+	OpenFiles      int   // sealed segment files held open
+	Writes         int64 // acknowledged Put/Delete/Apply calls
+	Seals          int64
+	SealDataSyncs  int64 // seals that had to fdatasync the sealed file themselves
+	SparesMade     int64 // live files made ahead of need
+	SpareMisses    int64 // seals that found no spare ready and made one on their path
+	ManifestSeq    uint64
 	Merges         int64 // merge steps committed
 	MergedBytesIn  int64 // data bytes read by merges
 	MergedBytesOut int64 // data bytes written by merges
@@ -44,13 +44,13 @@ type Metrics struct {
 // Metrics returns the store's current metrics.
 func (s *Store) Metrics() Metrics {
 	m := Metrics{
-		Writes:        s.stats.writes.Load(),
-		Seals:         s.stats.seals.Load(),
-		SealDataSyncs: s.stats.sealDataSyncs.Load(),
-		SparesMade:    s.stats.sparesMade.Load(),
-		SpareMisses:   s.stats.spareMisses.Load(),
-		OpenFiles:     s.files.openCount(),
-		ManifestSeq:   s.mlog.Seq(),
+		Writes:         s.stats.writes.Load(),
+		Seals:          s.stats.seals.Load(),
+		SealDataSyncs:  s.stats.sealDataSyncs.Load(),
+		SparesMade:     s.stats.sparesMade.Load(),
+		SpareMisses:    s.stats.spareMisses.Load(),
+		OpenFiles:      s.files.openCount(),
+		ManifestSeq:    s.mlog.Seq(),
 		Merges:         s.stats.merges.Load(),
 		MergedBytesIn:  s.stats.mergedBytesIn.Load(),
 		MergedBytesOut: s.stats.mergedBytesOut.Load(),

@@ -3,12 +3,12 @@ package segstore
 import (
 	"bytes"
 	"cmp"
-	"slices"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 
 	"github.com/cespare/xxhash/v2"
 
