@@ -89,6 +89,9 @@ func (b *background) run() {
 		case <-b.quit:
 			return
 		case <-b.spare:
+			if b.s.beforeSpare != nil {
+				b.s.beforeSpare()
+			}
 			b.s.ensureSpare()
 		case <-b.seal:
 			if err := b.s.autoSeal(); err != nil {

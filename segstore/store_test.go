@@ -8,10 +8,17 @@ import (
 	"sort"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/vfs"
+)
+
+// Polling bounds for conditions that background work makes true.
+const (
+	timeout = 10 * time.Second
+	tick    = time.Millisecond
 )
 
 // smallOpts keeps files small so that seals happen often and the in-memory

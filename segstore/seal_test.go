@@ -1,0 +1,185 @@
+package segstore
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/recovery"
+	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/vfs"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// waitSpare waits until the background has made n spares in total.
+func waitSpare(t testing.TB, s *Store, n int64) {
+	t.Helper()
+	require.Eventually(t, func() bool { return s.Metrics().SparesMade >= n }, timeout, tick)
+}
+
+// TestSealGolden records every file-system call of a steady-state seal, and
+// of the background work it triggers, in a reviewed text file: a new fsync
+// or a reordering shows up as a diff.
+func TestSealGolden(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncManual} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfs := vfs.NewCounting(vfs.NewMem())
+			cfs.SetLogBase("/db")
+			hold := make(chan struct{}, 16)
+			spares := 0
+			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10}, func() {
+				// The first spare (at Open) goes ahead; later ones wait for the test.
+				if spares > 0 {
+					<-hold
+				}
+				spares++
+			})
+			require.NoError(t, err)
+			waitSpare(t, s, 2) // the first live file and one spare
+			require.NoError(t, s.Put([]byte("key"), []byte("value")))
+
+			cfs.StartLog()
+			require.NoError(t, s.Seal())
+			sealOps := cfs.StopLog()
+
+			cfs.StartLog()
+			hold <- struct{}{}
+			waitSpare(t, s, 3)
+			spareOps := cfs.StopLog()
+
+			got := "# seal of a one-record live file, sync mode " + mode.String() + ": the critical path\n" +
+				strings.Join(sealOps, "\n") + "\n" +
+				"# then, in the background: the next spare live file\n" +
+				strings.Join(spareOps, "\n") + "\n"
+			golden := filepath.Join("testdata", "seal-"+mode.String()+".golden")
+			if *update {
+				require.NoError(t, os.MkdirAll("testdata", 0o755))
+				require.NoError(t, os.WriteFile(golden, []byte(got), 0o644))
+			}
+			want, err := os.ReadFile(golden)
+			require.NoError(t, err, "run go test -run TestSealGolden -update to create it")
+			require.Equal(t, string(want), got)
+			close(hold)
+			checkAndClose(t, s)
+		})
+	}
+}
+
+// TestSealBarrierBudget asserts the headline: in steady state a seal's
+// critical path has at most two file syncs and no directory sync, an empty
+// seal costs nothing, and index files are never synced.
+func TestSealBarrierBudget(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncManual} {
+		t.Run(mode.String(), func(t *testing.T) {
+			cfs := vfs.NewCounting(vfs.NewMem())
+			s := mustOpen(t, "/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
+			for i := 0; i < 50; i++ {
+				require.NoError(t, s.Put([]byte(fmt.Sprintf("key-%d", i)), []byte("v")))
+				waitSpare(t, s, int64(i+2))
+				cfs.Reset()
+				require.NoError(t, s.Seal())
+				c := cfs.Counts()
+				require.LessOrEqual(t, c.Syncs, int64(2), "seal %d: file syncs", i)
+				require.Zero(t, c.DirSyncs, "seal %d: directory syncs", i)
+				require.Zero(t, c.Renames, "seal %d: renames", i)
+				if mode == SyncAlways {
+					require.EqualValues(t, 1, c.Syncs, "seal %d: the write path synced the data: only the manifest commit remains", i)
+				}
+			}
+			require.Zero(t, s.Metrics().SpareMisses)
+
+			// An empty seal: nothing at all.
+			waitSpare(t, s, 52)
+			cfs.Reset()
+			require.NoError(t, s.Seal())
+			c := cfs.Counts()
+			require.Zero(t, c.Syncs+c.DirSyncs+c.Renames+c.Creates+c.Removes+c.Writes, "empty seal: %+v", c)
+
+			for name, n := range cfs.Counts().SyncsByFile {
+				require.False(t, strings.HasSuffix(name, ".idx"), "index %s synced %d times", name, n)
+			}
+			checkAndClose(t, s)
+		})
+	}
+}
+
+// TestIndexDamageIsRebuilt damages a sealed segment's index in every way the
+// issue lists; every key still reads back and the report names the rebuild.
+func TestIndexDamageIsRebuilt(t *testing.T) {
+	damage := map[string]func(t *testing.T, mem *vfs.Mem, ix, other string, si SegmentInfo){
+		"flipped byte": func(t *testing.T, mem *vfs.Mem, ix, _ string, si SegmentInfo) {
+			b, err := mem.ReadFile(ix)
+			require.NoError(t, err)
+			b[len(b)/2] ^= 0x01
+			require.NoError(t, mem.WriteFile(ix, b))
+		},
+		"truncated": func(t *testing.T, mem *vfs.Mem, ix, _ string, si SegmentInfo) {
+			b, err := mem.ReadFile(ix)
+			require.NoError(t, err)
+			require.NoError(t, mem.WriteFile(ix, b[:len(b)-7]))
+		},
+		"deleted": func(t *testing.T, mem *vfs.Mem, ix, _ string, si SegmentInfo) {
+			require.NoError(t, mem.Remove(ix))
+		},
+		"another segment's index": func(t *testing.T, mem *vfs.Mem, ix, other string, si SegmentInfo) {
+			b, err := mem.ReadFile(other)
+			require.NoError(t, err)
+			require.NoError(t, mem.WriteFile(ix, b))
+		},
+		"stale index of the same segment": func(t *testing.T, mem *vfs.Mem, ix, _ string, si SegmentInfo) {
+			// Same identity (length, digest), older content: one entry fewer.
+			id := index.Identity{DataLength: si.Size, DataDigest: si.Digest}
+			built, err := recovery.BuildIndex(mem, filepath.Join("/db", segment.DataName(si.ID, segment.KindLog)), si.Size)
+			require.NoError(t, err)
+			loaded, err := index.Decode(ix, built.Data, built.Checksum, id)
+			require.NoError(t, err)
+			var entries []index.Entry
+			for i := 1; i < loaded.Len(); i++ {
+				entries = append(entries, loaded.At(i))
+			}
+			stale, _, err := index.Encode(entries, id)
+			require.NoError(t, err)
+			require.NoError(t, mem.WriteFile(ix, stale))
+		},
+	}
+	for name, fn := range damage {
+		t.Run(name, func(t *testing.T) {
+			mem := vfs.NewMem()
+			o := &Options{FS: mem, Merge: MergeOptions{Disable: true}}
+			s := mustOpen(t, "/db", o)
+			m := model{}
+			for seg := 0; seg < 2; seg++ {
+				for i := 0; i < 50; i++ {
+					k, v := fmt.Sprintf("key-%03d", seg*50+i), fmt.Sprintf("v%d", i)
+					require.NoError(t, s.Put([]byte(k), []byte(v)))
+					m[k] = v
+				}
+				require.NoError(t, s.Seal())
+			}
+			segs := s.Segments()
+			require.NoError(t, s.Close())
+			ix := filepath.Join("/db", segment.IndexName(segs[0].ID))
+			other := filepath.Join("/db", segment.IndexName(segs[1].ID))
+			fn(t, mem, ix, other, segs[0])
+
+			s = mustOpen(t, "/db", o)
+			require.NoError(t, diff(s, m, 100))
+			rep := s.RecoveryReport()
+			require.Len(t, rep.RebuiltIndexes, 1, "report: %+v", rep)
+			require.Contains(t, rep.RebuiltIndexes[0], segment.IndexName(segs[0].ID))
+			checkAndClose(t, s)
+			// The rebuilt index was written back: the next open is clean.
+			s = mustOpen(t, "/db", o)
+			require.Empty(t, s.RecoveryReport().RebuiltIndexes)
+			require.NoError(t, diff(s, m, 100))
+			checkAndClose(t, s)
+		})
+	}
+}
