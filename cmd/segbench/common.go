@@ -1,0 +1,288 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
+	"runtime/trace"
+	"strings"
+	"text/tabwriter"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/segkv/segkv/vfs"
+)
+
+// errHelp is returned when -h was asked for: usage was printed, exit 0.
+var errHelp = errors.New("help requested")
+
+// common holds the flags every subcommand takes.
+type common struct {
+	dir        string
+	json       bool
+	cpuprofile string
+	trace      string
+	keep       bool
+	fs         string
+}
+
+func (c *common) register(fs *flag.FlagSet, withFS bool) {
+	fs.StringVar(&c.dir, "dir", "", "parent of the temporary work directory (default: the system temp dir, on the real disk)")
+	fs.BoolVar(&c.json, "json", false, "print one JSON object per row instead of a table")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile to this file")
+	fs.StringVar(&c.trace, "trace", "", "write a runtime execution trace to this file")
+	fs.BoolVar(&c.keep, "keep", false, "keep the work directory instead of removing it")
+	if withFS {
+		fs.StringVar(&c.fs, "fs", "os", "file system: os (the real disk) or mem (in memory: measures CPU, not the disk)")
+	}
+}
+
+// parseFlags parses args into fs and maps the flag package's outcomes onto
+// ours: -h is errHelp, anything else wrong is a usageError. Positional
+// arguments are refused, so that a typo is never silently ignored.
+func parseFlags(fs *flag.FlagSet, args []string) error {
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return errHelp
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usagef("unexpected argument %q", fs.Arg(0))
+	}
+	return nil
+}
+
+func newFlagSet(name string, e *env) *flag.FlagSet {
+	fs := flag.NewFlagSet("segbench "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	return fs
+}
+
+func (c *common) validate() error {
+	switch c.fs {
+	case "", "os", "mem":
+	default:
+		return usagef("-fs must be os or mem, not %q", c.fs)
+	}
+	return nil
+}
+
+// workspace is where a subcommand runs: a fresh directory on the chosen file
+// system, removed by cleanup.
+type workspace struct {
+	root    string
+	newFS   func() vfs.FS // a fresh handle on the same file system
+	desc    string        // what the file system is, for the table header
+	cleanup func() error
+}
+
+// open makes the work directory. On the OS file system it is a new temporary
+// directory under -dir (default os.TempDir()); in memory a fixed path.
+func (c *common) open() (*workspace, error) {
+	if c.fs == "mem" {
+		mem := vfs.NewMem()
+		root := "/segbench"
+		if err := mem.MkdirAll(root); err != nil {
+			return nil, fmt.Errorf("create %s in memory: %w", root, err)
+		}
+		// One Mem shared by every handle: a Mem is a whole file system.
+		return &workspace{root: root, newFS: func() vfs.FS { return mem }, desc: "in memory (-fs mem)", cleanup: func() error { return nil }}, nil
+	}
+	parent := c.dir
+	if parent == "" {
+		parent = os.TempDir()
+	}
+	root, err := os.MkdirTemp(parent, "segbench-")
+	if err != nil {
+		return nil, fmt.Errorf("create work directory: %w", err)
+	}
+	ws := &workspace{
+		root:  root,
+		newFS: func() vfs.FS { return vfs.NewOS() },
+		desc:  root + " (" + fsType(root) + ")",
+		cleanup: func() error {
+			if c.keep {
+				return nil
+			}
+			if err := os.RemoveAll(root); err != nil {
+				return fmt.Errorf("remove work directory: %w", err)
+			}
+			return nil
+		},
+	}
+	if c.keep {
+		ws.desc += ", kept"
+	}
+	return ws, nil
+}
+
+// fsType names the file system holding dir, so that a table says what it
+// measured; on tmpfs every fsync is free and the figures mean nothing.
+func fsType(dir string) string {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return "unknown file system"
+	}
+	names := map[int64]string{
+		0xEF53:     "ext4",
+		0x58465342: "xfs",
+		0x9123683E: "btrfs",
+		0x01021994: "tmpfs: fsync is free here, use -dir on a disk",
+		0x794c7630: "overlayfs",
+		0x2fc12fc1: "zfs",
+		0x6969:     "nfs",
+		0xF2F52010: "f2fs",
+	}
+	if n, ok := names[int64(st.Type)]; ok {
+		return n
+	}
+	return fmt.Sprintf("file system type %#x", st.Type)
+}
+
+// startProfiles starts the CPU profile and execution trace asked for; the
+// returned function stops them.
+func (c *common) startProfiles() (stop func() error, err error) {
+	var stops []func() error
+	stop = func() error {
+		var errs []error
+		for i := len(stops) - 1; i >= 0; i-- {
+			errs = append(errs, stops[i]())
+		}
+		return errors.Join(errs...)
+	}
+	if c.cpuprofile != "" {
+		f, err := os.Create(c.cpuprofile)
+		if err != nil {
+			return nil, fmt.Errorf("create CPU profile: %w", err)
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("start CPU profile: %w", err)
+		}
+		stops = append(stops, func() error { pprof.StopCPUProfile(); return f.Close() })
+	}
+	if c.trace != "" {
+		f, err := os.Create(c.trace)
+		if err != nil {
+			stop()
+			return nil, fmt.Errorf("create trace: %w", err)
+		}
+		if err := trace.Start(f); err != nil {
+			f.Close()
+			stop()
+			return nil, fmt.Errorf("start trace: %w", err)
+		}
+		stops = append(stops, func() error { trace.Stop(); return f.Close() })
+	}
+	return stop, nil
+}
+
+// row is one line of output: a JSON object with -json, a table line
+// otherwise.
+type row interface {
+	header() []string
+	cells() []string
+}
+
+// printer writes rows. Tables are aligned with tabwriter and get a new
+// header whenever the kind of row changes.
+type printer struct {
+	json    bool
+	enc     *json.Encoder
+	tw      *tabwriter.Writer
+	lastHdr string
+}
+
+func newPrinter(w io.Writer, asJSON bool) *printer {
+	p := &printer{json: asJSON}
+	if asJSON {
+		p.enc = json.NewEncoder(w)
+	} else {
+		p.tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	}
+	return p
+}
+
+// note prints a comment line in table mode; JSON output stays rows only.
+func (p *printer) note(format string, args ...any) error {
+	if p.json {
+		return nil
+	}
+	if err := p.tw.Flush(); err != nil {
+		return err
+	}
+	p.lastHdr = ""
+	_, err := fmt.Fprintf(p.tw, "# "+format+"\n", args...)
+	if err != nil {
+		return err
+	}
+	return p.tw.Flush()
+}
+
+func (p *printer) print(r row) error {
+	if p.json {
+		if err := p.enc.Encode(r); err != nil {
+			return fmt.Errorf("write JSON row: %w", err)
+		}
+		return nil
+	}
+	h := strings.Join(r.header(), "\t")
+	if h != p.lastHdr {
+		if p.lastHdr != "" {
+			fmt.Fprintln(p.tw)
+		}
+		fmt.Fprintln(p.tw, h+"\t")
+		p.lastHdr = h
+	}
+	_, err := fmt.Fprintln(p.tw, strings.Join(r.cells(), "\t")+"\t")
+	return err
+}
+
+func (p *printer) flush() error {
+	if p.json {
+		return nil
+	}
+	if err := p.tw.Flush(); err != nil {
+		return fmt.Errorf("write table: %w", err)
+	}
+	return nil
+}
+
+// progress writes a one-line status to stderr when it is a terminal, and
+// nothing otherwise.
+type progress struct {
+	w  io.Writer
+	on bool
+}
+
+func (e *env) progress() *progress { return &progress{w: e.stderr, on: e.tty} }
+
+func (p *progress) update(format string, args ...any) {
+	if p.on {
+		fmt.Fprintf(p.w, "\r\033[K"+format, args...)
+	}
+}
+
+func (p *progress) done() {
+	if p.on {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
+// isTerminal reports whether f is a terminal.
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+// isManifest says whether a file name (or path) is a manifest of either
+// protocol.
+func isManifest(name string) bool {
+	return strings.HasPrefix(filepath.Base(name), "MANIFEST")
+}

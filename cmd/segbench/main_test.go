@@ -1,0 +1,266 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"encoding/xml"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// runCmd runs segbench in-process and returns its exit code and outputs.
+func runCmd(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// jsonRows parses one JSON object per line, refusing anything else on
+// stdout.
+func jsonRows(t *testing.T, out string) []map[string]any {
+	t.Helper()
+	var rows []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		var m map[string]any
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &m), "line %q", sc.Text())
+		rows = append(rows, m)
+	}
+	return rows
+}
+
+func keys(m map[string]any) []string {
+	var k []string
+	for key := range m {
+		k = append(k, key)
+	}
+	slices.Sort(k)
+	return k
+}
+
+func sorted(s ...string) []string { slices.Sort(s); return s }
+
+func TestBadUsageExitsTwo(t *testing.T) {
+	for _, args := range [][]string{
+		{"nosuch"},
+		{"-nosuchflag"},
+		{"seal", "-segments", "0"},
+		{"seal", "-segments", "ten"},
+		{"seal", "-step", "0"},
+		{"seal", "-segments", "10", "-step", "11"},
+		{"seal", "-protocol", "old"},
+		{"seal", "-fs", "nfs"},
+		{"seal", "-segment-size", "100"},
+		{"seal", "stray"},
+		{"fsync", "-n", "0"},
+		{"fsync", "-fs", "mem"}, // the probe is for a real disk only
+		{"put", "-writers", "0"},
+		{"put", "-writers", "4", "-n", "3"},
+		{"import", "-segments", "0"},
+		{"import", "-records", "0"},
+		{"plot", "-bogus"},
+	} {
+		code, out, errOut := runCmd(t, args...)
+		require.Equal(t, exitUsage, code, "%q", args)
+		require.Empty(t, out, "%q: nothing on stdout", args)
+		require.NotEmpty(t, errOut, "%q: a message on stderr", args)
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	code, out, _ := runCmd(t, "help")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, out, "seal")
+	code, _, errOut := runCmd(t, "seal", "-h")
+	require.Equal(t, exitOK, code)
+	require.Contains(t, errOut, "-protocol")
+}
+
+func TestRuntimeFailureExitsOne(t *testing.T) {
+	code, _, errOut := runCmd(t, "seal", "-protocol", "legacy", "-segments", "1", "-step", "1",
+		"-dir", filepath.Join(t.TempDir(), "missing", "parent"))
+	require.Equal(t, exitFail, code)
+	require.Contains(t, errOut, "work directory")
+	code, _, _ = runCmd(t, "plot", "-in", filepath.Join(t.TempDir(), "none.json"))
+	require.Equal(t, exitFail, code)
+}
+
+var sealKeys = sorted("protocol", "segments", "us_per_seal", "us_p99", "fsyncs_per_seal", "dirsyncs_per_seal",
+	"renames_per_seal", "bg_fsyncs_per_seal", "bg_dirsyncs_per_seal", "spare_misses", "manifest_bytes",
+	"manifest_bytes_written_per_seal")
+
+func TestSealLegacyJSONOnDisk(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runCmd(t, "seal", "-protocol", "legacy", "-segments", "6", "-step", "3", "-json", "-dir", dir)
+	require.Equal(t, exitOK, code, errOut)
+	rows := jsonRows(t, out)
+	require.Len(t, rows, 2)
+	for i, r := range rows {
+		require.Equal(t, sealKeys, keys(r))
+		require.Equal(t, "legacy", r["protocol"])
+		require.EqualValues(t, 3*(i+1), r["segments"])
+		require.EqualValues(t, 6, r["fsyncs_per_seal"])
+		require.EqualValues(t, 3, r["dirsyncs_per_seal"])
+		require.EqualValues(t, 3, r["renames_per_seal"])
+		require.EqualValues(t, 0, r["bg_fsyncs_per_seal"])
+		require.Positive(t, r["us_per_seal"])
+		require.Positive(t, r["manifest_bytes"])
+	}
+	// The work directory is gone.
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
+func TestSealLegacyManifestGrowsLinearly(t *testing.T) {
+	code, out, errOut := runCmd(t, "seal", "-protocol", "legacy", "-segments", "250", "-step", "125", "-json", "-fs", "mem")
+	require.Equal(t, exitOK, code, errOut)
+	rows := jsonRows(t, out)
+	require.Len(t, rows, 2)
+	// The reference table's figure at 250 segments.
+	require.EqualValues(t, 46974, rows[1]["manifest_bytes"])
+	require.Greater(t, rows[1]["manifest_bytes_written_per_seal"].(float64), 1.8*rows[0]["manifest_bytes_written_per_seal"].(float64))
+}
+
+func TestSealBothJSON(t *testing.T) {
+	code, out, errOut := runCmd(t, "seal", "-segments", "8", "-step", "4", "-json", "-fs", "mem")
+	require.Equal(t, exitOK, code, errOut)
+	require.NotContains(t, errOut, "warning")
+	rows := jsonRows(t, out)
+	require.Len(t, rows, 5)
+	for i, want := range []string{"legacy", "new", "legacy", "new"} {
+		require.Equal(t, sealKeys, keys(rows[i]))
+		require.Equal(t, want, rows[i]["protocol"])
+		require.EqualValues(t, 4*(i/2+1), rows[i]["segments"])
+	}
+	for _, r := range []map[string]any{rows[1], rows[3]} {
+		require.LessOrEqual(t, r["fsyncs_per_seal"].(float64), 2.0)
+		require.EqualValues(t, 0, r["renames_per_seal"])
+		require.EqualValues(t, 0, r["dirsyncs_per_seal"])
+	}
+	ratio := rows[4]
+	require.Equal(t, sorted("protocol", "segments", "us_per_seal", "fsyncs_per_seal", "manifest_bytes_written_per_seal"), keys(ratio))
+	require.Equal(t, "ratio", ratio["protocol"])
+	require.EqualValues(t, 8, ratio["segments"])
+	require.GreaterOrEqual(t, ratio["fsyncs_per_seal"].(float64), 3.0)
+}
+
+func TestSealTable(t *testing.T) {
+	code, out, errOut := runCmd(t, "seal", "-protocol", "legacy", "-segments", "2", "-step", "1", "-fs", "mem")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "# segbench seal")
+	require.Contains(t, out, "us/seal")
+	require.Equal(t, 1+1+2+1, strings.Count(out, "\n"), out)
+}
+
+func TestFsyncJSON(t *testing.T) {
+	code, out, errOut := runCmd(t, "fsync", "-n", "3", "-json", "-dir", t.TempDir())
+	require.Equal(t, exitOK, code, errOut)
+	rows := jsonRows(t, out)
+	require.Len(t, rows, 6)
+	for _, r := range rows {
+		require.Equal(t, sorted("op", "n", "p50_us", "p99_us", "mean_us", "min_us", "max_us"), keys(r))
+		require.EqualValues(t, 3, r["n"])
+		require.Positive(t, r["p50_us"])
+		require.GreaterOrEqual(t, r["p99_us"].(float64), r["p50_us"].(float64))
+	}
+}
+
+func TestPutJSON(t *testing.T) {
+	for _, args := range [][]string{
+		{"put", "-writers", "3", "-n", "300", "-json", "-fs", "mem"},
+		{"put", "-writers", "2", "-n", "50", "-sync", "-json", "-dir", t.TempDir()},
+	} {
+		code, out, errOut := runCmd(t, args...)
+		require.Equal(t, exitOK, code, errOut)
+		rows := jsonRows(t, out)
+		require.Len(t, rows, 1)
+		r := rows[0]
+		require.Equal(t, sorted("writers", "n", "sync", "seconds", "ops_per_sec", "p50_us", "p99_us", "p999_us",
+			"fsyncs_per_put", "dirsyncs_per_put", "seals"), keys(r))
+		require.Positive(t, r["ops_per_sec"])
+		if slices.Contains(args, "-sync") {
+			require.Equal(t, "always", r["sync"])
+			require.Positive(t, r["fsyncs_per_put"])
+			require.LessOrEqual(t, r["fsyncs_per_put"].(float64), 1.5)
+		} else {
+			require.Equal(t, "manual", r["sync"])
+		}
+	}
+}
+
+func TestImportJSON(t *testing.T) {
+	code, out, errOut := runCmd(t, "import", "-segments", "5", "-records", "3", "-json", "-fs", "mem")
+	require.Equal(t, exitOK, code, errOut)
+	rows := jsonRows(t, out)
+	require.Len(t, rows, 3)
+	fields := sorted("mode", "segments", "imports", "total_ms", "us_per_segment", "manifest_commits", "fsyncs",
+		"dirsyncs", "renames", "manifest_bytes_written")
+	require.Equal(t, fields, keys(rows[0]))
+	require.Equal(t, fields, keys(rows[1]))
+	require.Equal(t, "batch", rows[0]["mode"])
+	require.EqualValues(t, 1, rows[0]["imports"])
+	require.EqualValues(t, 1, rows[0]["manifest_commits"])
+	require.Equal(t, "single", rows[1]["mode"])
+	require.EqualValues(t, 5, rows[1]["imports"])
+	require.EqualValues(t, 5, rows[1]["manifest_commits"])
+	require.Equal(t, "ratio", rows[2]["mode"])
+}
+
+func TestPlotRendersSVG(t *testing.T) {
+	in := `{"protocol":"legacy","segments":250,"us_per_seal":3000,"manifest_bytes_written_per_seal":23000}
+{"protocol":"new","segments":250,"us_per_seal":500,"manifest_bytes_written_per_seal":150}
+{"protocol":"legacy","segments":500,"us_per_seal":3500,"manifest_bytes_written_per_seal":70000}
+{"protocol":"new","segments":500,"us_per_seal":510,"manifest_bytes_written_per_seal":151}
+{"protocol":"ratio","segments":500,"us_per_seal":6.9,"fsyncs_per_seal":3,"manifest_bytes_written_per_seal":460}
+`
+	dir := t.TempDir()
+	src := filepath.Join(dir, "in.json")
+	require.NoError(t, os.WriteFile(src, []byte(in), 0o644))
+	dst := filepath.Join(dir, "out.svg")
+	code, _, errOut := runCmd(t, "plot", "-in", src, "-out", dst)
+	require.Equal(t, exitOK, code, errOut)
+	svg, err := os.ReadFile(dst)
+	require.NoError(t, err)
+	// Well-formed XML with one line per protocol per panel.
+	d := xml.NewDecoder(bytes.NewReader(svg))
+	polylines := 0
+	for {
+		tok, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err)
+		if se, ok := tok.(xml.StartElement); ok && se.Name.Local == "polyline" {
+			polylines++
+		}
+	}
+	require.Equal(t, 4, polylines)
+
+	code, _, _ = runCmd(t, "plot", "-in", filepath.Join(dir, "empty"), "-out", dst)
+	require.Equal(t, exitFail, code)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "empty"), nil, 0o644))
+	code, _, errOut = runCmd(t, "plot", "-in", filepath.Join(dir, "empty"), "-out", dst)
+	require.Equal(t, exitFail, code)
+	require.Contains(t, errOut, "no seal rows")
+}
+
+func TestNiceTicks(t *testing.T) {
+	ticks, top := niceTicks(2000)
+	require.Equal(t, []float64{0, 500, 1000, 1500, 2000}, ticks)
+	require.EqualValues(t, 2000, top)
+	_, top = niceTicks(376976)
+	require.EqualValues(t, 400000, top)
+	require.Equal(t, "1.5k", human(1500))
+	require.Equal(t, "2M", human(2e6))
+	require.Equal(t, "0.25", human(0.25))
+}
