@@ -1,0 +1,344 @@
+package manifestlog
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+)
+
+// Record kinds: the first byte of every frame payload. A reader that meets a
+// kind it does not know refuses the file (it is corruption under version 1;
+// a future kind comes with a new version).
+const (
+	kindHeader     byte = 1 // magic, version, generation
+	kindCheckpoint byte = 2 // checkpoint counters and the number of segments that follow
+	kindSegments   byte = 3 // a chunk of checkpoint segments
+	kindEdit       byte = 4 // one committed edit
+	kindActivate   byte = 5 // the generation is complete and authoritative
+)
+
+// Version is the manifest format version this package writes and the only
+// one it reads.
+const Version uint32 = 1
+
+// magic opens every header record.
+const magic = "segkvMNF"
+
+// flagSetLive is the only flag bit of an edit record under version 1.
+const flagSetLive byte = 1
+
+// minSegmentSize is the smallest possible encoding of one segment; decoders
+// use it to bound counts read from the input before allocating anything.
+const minSegmentSize = 1 + 1 + 1 + 1 + 8 + 8 + 1 + 1 + 1 + 1 + 1
+
+// errShort and friends are the reasons a record fails to decode. They are
+// wrapped into a *corruption.Error with the file and offset by the loader.
+var (
+	errShort    = errors.New("record truncated")
+	errOverflow = errors.New("varint overflows 64 bits")
+)
+
+// record is one decoded frame payload. Only the fields of its kind are set.
+type record struct {
+	kind byte
+
+	// kindHeader
+	version uint32
+	gen     uint64
+
+	// kindCheckpoint, kindEdit, kindActivate: seq. kindCheckpoint and
+	// kindEdit: the counters (results, not deltas).
+	seq       uint64
+	setLive   bool // kindEdit only; a checkpoint always carries liveID
+	liveID    uint64
+	nextID    uint64
+	nextOrder uint64
+	count     uint64 // kindCheckpoint: segments that follow in kindSegments records
+
+	segs   []SegmentMeta // kindSegments, kindEdit (adds)
+	remove []uint64      // kindEdit
+}
+
+// --- encoding ---
+
+func appendUvarint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
+
+func appendU64(b []byte, v uint64) []byte { return binary.LittleEndian.AppendUint64(b, v) }
+
+func appendBytes(b, p []byte) []byte {
+	b = appendUvarint(b, uint64(len(p)))
+	return append(b, p...)
+}
+
+// appendSegment encodes one segment (same form in checkpoints and edits).
+func appendSegment(b []byte, m *SegmentMeta) []byte {
+	b = appendUvarint(b, m.ID)
+	b = append(b, m.FileKind)
+	b = appendUvarint(b, m.Order)
+	b = appendUvarint(b, uint64(m.DataLength))
+	b = appendU64(b, m.DataDigest)
+	b = appendU64(b, m.IndexChecksum)
+	b = appendUvarint(b, m.Records)
+	b = appendUvarint(b, m.Keys)
+	b = appendBytes(b, m.MinKey)
+	b = appendBytes(b, m.MaxKey)
+	b = appendUvarint(b, m.AddedSeq)
+	return b
+}
+
+// segmentSize is an upper bound of appendSegment's output, for sizing buffers.
+func segmentSize(m *SegmentMeta) int {
+	return 10*7 + 1 + 16 + len(m.MinKey) + len(m.MaxKey)
+}
+
+func appendHeader(b []byte, gen uint64) []byte {
+	b = append(b, kindHeader)
+	b = append(b, magic...)
+	b = binary.LittleEndian.AppendUint32(b, Version)
+	return appendU64(b, gen)
+}
+
+func appendCheckpoint(b []byte, seq, liveID, nextID, nextOrder, count uint64) []byte {
+	b = append(b, kindCheckpoint)
+	b = appendUvarint(b, seq)
+	b = appendUvarint(b, liveID)
+	b = appendUvarint(b, nextID)
+	b = appendUvarint(b, nextOrder)
+	return appendUvarint(b, count)
+}
+
+func appendSegments(b []byte, segs []*SegmentMeta) []byte {
+	b = append(b, kindSegments)
+	b = appendUvarint(b, uint64(len(segs)))
+	for _, m := range segs {
+		b = appendSegment(b, m)
+	}
+	return b
+}
+
+// appendEdit encodes an edit record. adds must already carry AddedSeq == seq;
+// nextID and nextOrder are the counters after the edit (results).
+func appendEdit(b []byte, seq uint64, e *Edit, nextID, nextOrder uint64) []byte {
+	b = append(b, kindEdit)
+	b = appendUvarint(b, seq)
+	var flags byte
+	if e.SetLive {
+		flags |= flagSetLive
+	}
+	b = append(b, flags)
+	if e.SetLive {
+		b = appendUvarint(b, e.LiveID)
+	}
+	b = appendUvarint(b, nextID)
+	b = appendUvarint(b, nextOrder)
+	b = appendUvarint(b, uint64(len(e.Add)))
+	for i := range e.Add {
+		b = appendSegment(b, &e.Add[i])
+	}
+	b = appendUvarint(b, uint64(len(e.Remove)))
+	for _, id := range e.Remove {
+		b = appendUvarint(b, id)
+	}
+	return b
+}
+
+func appendActivate(b []byte, seq uint64) []byte {
+	b = append(b, kindActivate)
+	return appendUvarint(b, seq)
+}
+
+// --- decoding ---
+
+// decoder reads a payload front to back; the first error sticks, so callers
+// check it once at the end.
+type decoder struct {
+	b   []byte
+	err error
+}
+
+func (d *decoder) fail(err error) {
+	if d.err == nil {
+		d.err = err
+	}
+}
+
+func (d *decoder) u8() byte {
+	if d.err != nil || len(d.b) < 1 {
+		d.fail(errShort)
+		return 0
+	}
+	v := d.b[0]
+	d.b = d.b[1:]
+	return v
+}
+
+func (d *decoder) u32() uint32 {
+	if d.err != nil || len(d.b) < 4 {
+		d.fail(errShort)
+		return 0
+	}
+	v := binary.LittleEndian.Uint32(d.b)
+	d.b = d.b[4:]
+	return v
+}
+
+func (d *decoder) u64() uint64 {
+	if d.err != nil || len(d.b) < 8 {
+		d.fail(errShort)
+		return 0
+	}
+	v := binary.LittleEndian.Uint64(d.b)
+	d.b = d.b[8:]
+	return v
+}
+
+func (d *decoder) uvarint() uint64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(d.b)
+	switch {
+	case n == 0:
+		d.fail(errShort)
+		return 0
+	case n < 0:
+		d.fail(errOverflow)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+// bytes returns a copy, so that decoded metadata never aliases the (reused)
+// scan buffer.
+func (d *decoder) bytes() []byte {
+	n := d.uvarint()
+	if d.err != nil {
+		return nil
+	}
+	if n > uint64(len(d.b)) {
+		d.fail(errShort)
+		return nil
+	}
+	if n == 0 {
+		return nil
+	}
+	p := make([]byte, n)
+	copy(p, d.b[:n])
+	d.b = d.b[n:]
+	return p
+}
+
+// count reads an element count and refuses one that cannot fit in what is
+// left of the payload, so a forged count never drives a huge allocation.
+func (d *decoder) count(minElem int) int {
+	n := d.uvarint()
+	if d.err != nil {
+		return 0
+	}
+	if n > uint64(len(d.b)/minElem) {
+		d.fail(fmt.Errorf("count %d exceeds the %d bytes left", n, len(d.b)))
+		return 0
+	}
+	return int(n)
+}
+
+func (d *decoder) segment() SegmentMeta {
+	var m SegmentMeta
+	m.ID = d.uvarint()
+	m.FileKind = d.u8()
+	m.Order = d.uvarint()
+	dl := d.uvarint()
+	if dl > math.MaxInt64 {
+		d.fail(fmt.Errorf("data length %d out of range", dl))
+	}
+	m.DataLength = int64(dl)
+	m.DataDigest = d.u64()
+	m.IndexChecksum = d.u64()
+	m.Records = d.uvarint()
+	m.Keys = d.uvarint()
+	m.MinKey = d.bytes()
+	m.MaxKey = d.bytes()
+	m.AddedSeq = d.uvarint()
+	return m
+}
+
+// decodeRecord decodes one frame payload. It never panics on any input; a
+// malformed payload yields an error (the caller adds file and offset). A
+// header record with a version other than Version decodes successfully so
+// that the caller can refuse it with a version error rather than call it
+// damage.
+func decodeRecord(p []byte) (record, error) {
+	d := decoder{b: p}
+	r := record{kind: d.u8()}
+	switch r.kind {
+	case kindHeader:
+		if len(d.b) < len(magic) || string(d.b[:len(magic)]) != magic {
+			return r, errors.New("bad magic: not a segkv manifest")
+		}
+		d.b = d.b[len(magic):]
+		r.version = d.u32()
+		if d.err == nil && r.version != Version {
+			// Do not interpret anything past the version.
+			return r, nil
+		}
+		r.gen = d.u64()
+	case kindCheckpoint:
+		r.seq = d.uvarint()
+		r.liveID = d.uvarint()
+		r.nextID = d.uvarint()
+		r.nextOrder = d.uvarint()
+		r.count = d.uvarint()
+	case kindSegments:
+		n := d.count(minSegmentSize)
+		if n == 0 && d.err == nil {
+			return r, errors.New("empty segments record")
+		}
+		r.segs = make([]SegmentMeta, 0, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			r.segs = append(r.segs, d.segment())
+		}
+	case kindEdit:
+		r.seq = d.uvarint()
+		flags := d.u8()
+		if flags&^flagSetLive != 0 {
+			d.fail(fmt.Errorf("unknown edit flags %#x", flags))
+		}
+		if flags&flagSetLive != 0 {
+			r.setLive = true
+			r.liveID = d.uvarint()
+		}
+		r.nextID = d.uvarint()
+		r.nextOrder = d.uvarint()
+		n := d.count(minSegmentSize)
+		if n > 0 {
+			r.segs = make([]SegmentMeta, 0, n)
+		}
+		for i := 0; i < n && d.err == nil; i++ {
+			r.segs = append(r.segs, d.segment())
+		}
+		n = d.count(1)
+		if n > 0 {
+			r.remove = make([]uint64, 0, n)
+		}
+		for i := 0; i < n && d.err == nil; i++ {
+			r.remove = append(r.remove, d.uvarint())
+		}
+	case kindActivate:
+		r.seq = d.uvarint()
+	default:
+		return r, fmt.Errorf("unknown record kind %d", r.kind)
+	}
+	if d.err != nil {
+		return r, d.err
+	}
+	if len(d.b) != 0 {
+		return r, fmt.Errorf("%d trailing bytes in record kind %d", len(d.b), r.kind)
+	}
+	return r, nil
+}
+
+// frameHeaderSize is the size of a wal frame header (checksum u64, length
+// u32, reserved u32, watermark u64).
+const frameHeaderSize = 24

@@ -1,0 +1,317 @@
+package manifestlog
+
+import (
+	"bytes"
+	"fmt"
+
+	"github.com/segkv/segkv/wal"
+)
+
+// Commit makes e durable and returns its sequence number. When it returns
+// without error the edit survives any crash. Concurrent commits are grouped:
+// one of them (the leader) writes every queued edit as consecutive frames in
+// one WriteAt and syncs once for all of them.
+//
+// An edit that adds an id twice, adds and removes the same id, uses id 0, has
+// a negative DataLength, or removes an id that is not present (counting the
+// edits queued before it) is refused with ErrInvalidEdit and nothing is
+// written. Adding an id that is present replaces its metadata (last wins).
+// NextID is raised past every added id and the live id, so that ids stay
+// monotonic even if a caller forgets.
+func (l *Log) Commit(e Edit) (uint64, error) {
+	if err := validateStatic(&e); err != nil {
+		return 0, err
+	}
+	own := Edit{
+		Add:       make([]SegmentMeta, len(e.Add)),
+		Remove:    append([]uint64(nil), e.Remove...),
+		SetLive:   e.SetLive,
+		LiveID:    e.LiveID,
+		NextID:    e.NextID,
+		NextOrder: e.NextOrder,
+	}
+	for i, m := range e.Add {
+		// Own the keys: the caller may reuse its buffers.
+		m.MinKey = bytes.Clone(m.MinKey)
+		m.MaxKey = bytes.Clone(m.MaxKey)
+		own.Add[i] = m
+	}
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return 0, ErrClosed
+	}
+	if l.err != nil {
+		return 0, l.err
+	}
+	for _, id := range own.Remove {
+		if !l.pendingPresent(id) {
+			return 0, fmt.Errorf("%w: remove of segment %d, which is not present", ErrInvalidEdit, id)
+		}
+	}
+	seq := l.tipSeq + 1
+	nextID := max(l.tipNextID, own.NextID)
+	for i := range own.Add {
+		own.Add[i].AddedSeq = seq
+		nextID = max(nextID, own.Add[i].ID+1)
+	}
+	if own.SetLive && own.LiveID != 0 {
+		nextID = max(nextID, own.LiveID+1)
+	}
+	nextOrder := max(l.tipNextOrder, own.NextOrder)
+	own.NextID, own.NextOrder = nextID, nextOrder
+	payload := appendEdit(make([]byte, 0, editSize(&own)), seq, &own, nextID, nextOrder)
+	if len(payload) > maxEditBytes {
+		return 0, fmt.Errorf("%w: edit encodes to %d bytes (max %d)", ErrInvalidEdit, len(payload), maxEditBytes)
+	}
+	l.tipSeq, l.tipNextID, l.tipNextOrder = seq, nextID, nextOrder
+	for _, id := range own.Remove {
+		l.touch(id, false)
+	}
+	for i := range own.Add {
+		l.touch(own.Add[i].ID, true)
+	}
+
+	p := &pending{payload: payload, edit: own, seq: seq, wake: make(chan struct{}, 1)}
+	l.queue = append(l.queue, p)
+	if !l.writing {
+		l.writing = true
+		l.writeBatch()
+		l.release()
+	} else {
+		for !p.done {
+			l.mu.Unlock()
+			<-p.wake
+			l.mu.Lock()
+			if p.lead {
+				p.lead = false
+				l.writeBatch()
+				l.release()
+			}
+		}
+	}
+	if p.err != nil {
+		return 0, p.err
+	}
+	return p.seq, nil
+}
+
+func editSize(e *Edit) int {
+	n := 64 + 10*len(e.Remove)
+	for i := range e.Add {
+		n += segmentSize(&e.Add[i])
+	}
+	return n
+}
+
+// validateStatic checks what needs no state.
+func validateStatic(e *Edit) error {
+	seen := make(map[uint64]bool, len(e.Add)+len(e.Remove))
+	for i := range e.Add {
+		m := &e.Add[i]
+		if m.ID == 0 {
+			return fmt.Errorf("%w: segment id 0", ErrInvalidEdit)
+		}
+		if m.DataLength < 0 {
+			return fmt.Errorf("%w: segment %d has negative length %d", ErrInvalidEdit, m.ID, m.DataLength)
+		}
+		if seen[m.ID] {
+			return fmt.Errorf("%w: segment %d added twice", ErrInvalidEdit, m.ID)
+		}
+		seen[m.ID] = true
+	}
+	for _, id := range e.Remove {
+		if id == 0 {
+			return fmt.Errorf("%w: segment id 0", ErrInvalidEdit)
+		}
+		if seen[id] {
+			return fmt.Errorf("%w: segment %d both added and removed, or removed twice", ErrInvalidEdit, id)
+		}
+		seen[id] = true
+	}
+	return nil
+}
+
+// pendingPresent reports whether id will be present once every queued edit
+// is applied. mu held.
+func (l *Log) pendingPresent(id uint64) bool {
+	if pi, ok := l.pend[id]; ok {
+		return pi.present
+	}
+	_, ok := l.lookup(id)
+	return ok
+}
+
+func (l *Log) touch(id uint64, present bool) {
+	pi := l.pend[id]
+	if pi == nil {
+		pi = &pendInfo{}
+		l.pend[id] = pi
+	}
+	pi.present = present
+	pi.n++
+}
+
+func (l *Log) untouch(id uint64) {
+	if pi := l.pend[id]; pi != nil {
+		if pi.n--; pi.n <= 0 {
+			delete(l.pend, id)
+		}
+	}
+}
+
+// acquireToken waits until the caller holds the write token, with priority
+// over queued commits. mu held; it is released while waiting.
+func (l *Log) acquireToken() {
+	if !l.writing {
+		l.writing = true
+		return
+	}
+	ch := make(chan struct{})
+	l.tokenWaiters = append(l.tokenWaiters, ch)
+	l.mu.Unlock()
+	<-ch
+	l.mu.Lock()
+}
+
+// release passes the write token on: to a waiting rotation or Close first,
+// else to the first queued commit, which leads the next batch. mu held.
+func (l *Log) release() {
+	if len(l.tokenWaiters) > 0 {
+		ch := l.tokenWaiters[0]
+		l.tokenWaiters = l.tokenWaiters[1:]
+		close(ch)
+		return
+	}
+	if l.err != nil {
+		l.failQueue(l.err)
+	}
+	if len(l.queue) > 0 {
+		p := l.queue[0]
+		p.lead = true
+		p.wake <- struct{}{}
+		return
+	}
+	l.writing = false
+}
+
+// failQueue fails every queued commit with err. mu held.
+func (l *Log) failQueue(err error) {
+	for _, p := range l.queue {
+		p.err, p.done = err, true
+		p.wake <- struct{}{}
+	}
+	l.queue = nil
+}
+
+// writeBatch writes every queued edit as consecutive frames in one WriteAt,
+// syncs once, then applies them and wakes their callers. mu held on entry
+// and exit, released during I/O; the caller holds the write token.
+func (l *Log) writeBatch() {
+	batch := l.queue
+	l.queue = nil
+	f, off, wm := l.f, l.end, l.synced
+	l.mu.Unlock()
+
+	size := 0
+	for _, p := range batch {
+		size += frameHeaderSize + len(p.payload)
+	}
+	buf := make([]byte, 0, size)
+	for _, p := range batch {
+		buf = wal.AppendFrame(buf, p.payload, uint64(wm))
+	}
+	err := l.ensureAlloc(f, &l.alloc, off+int64(len(buf)))
+	if err == nil {
+		_, err = f.WriteAt(buf, off)
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+
+	l.mu.Lock()
+	l.stats.Syncs++
+	if err != nil {
+		// A half-written frame may now sit at the end of the file; a later
+		// frame appended after it would make the scanner call it corruption
+		// (or worse). Refuse everything from now on.
+		l.err = fmt.Errorf("%w: append to %s at offset %d: %w", ErrFailed, l.path, off, err)
+		l.log.Error("manifestlog: append failed; refusing further commits", "path", l.path, "offset", off, "err", err)
+		for _, p := range batch {
+			p.err, p.done = l.err, true
+			p.wake <- struct{}{}
+		}
+		return
+	}
+	l.end = off + int64(len(buf))
+	l.synced = l.end
+	for _, p := range batch {
+		l.apply(&p.edit, p.seq)
+		for _, id := range p.edit.Remove {
+			l.untouch(id)
+		}
+		for i := range p.edit.Add {
+			l.untouch(p.edit.Add[i].ID)
+		}
+		if l.rotating {
+			l.backlog = append(l.backlog, p.payload)
+		}
+		l.seq.Store(p.seq)
+		l.stats.Commits++
+		p.done = true
+		p.payload = nil
+		p.wake <- struct{}{}
+	}
+	l.maybeRotate()
+}
+
+// apply applies an edit to the durable state and the change lists. mu held
+// (or exclusive ownership during Open).
+func (l *Log) apply(e *Edit, seq uint64) {
+	for _, id := range e.Remove {
+		old, _ := l.lookup(id)
+		l.rems = append(l.rems, removed{seq: seq, id: id, addedSeq: old.AddedSeq})
+		if l.rotating {
+			l.over[id] = nil
+		} else {
+			delete(l.segs, id)
+		}
+	}
+	for i := range e.Add {
+		m := e.Add[i]
+		m.AddedSeq = seq
+		l.adds = append(l.adds, added{seq: seq, id: m.ID})
+		if l.rotating {
+			l.over[m.ID] = &m
+		} else {
+			l.segs[m.ID] = m
+		}
+	}
+	if e.SetLive {
+		l.liveID = e.LiveID
+	}
+	l.nextID = max(l.nextID, e.NextID)
+	l.nextOrder = max(l.nextOrder, e.NextOrder)
+}
+
+// ensureAlloc preallocates f so that it covers need bytes, in chunks that
+// grow with the file, so that most appends overwrite allocated space and
+// their fdatasync need not commit a size change. The caller holds the write
+// token (alloc is the token holder's).
+func (l *Log) ensureAlloc(f allocFile, alloc *int64, need int64) error {
+	if l.opts.PreallocateBytes < 0 || need <= *alloc {
+		return nil
+	}
+	chunk := max(l.opts.PreallocateBytes, min(need/8, 8<<20))
+	target := need + chunk
+	if err := f.Preallocate(*alloc, target-*alloc); err != nil {
+		return fmt.Errorf("preallocate: %w", err)
+	}
+	*alloc = target
+	return nil
+}
+
+type allocFile interface {
+	Preallocate(off, length int64) error
+}

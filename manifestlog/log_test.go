@@ -1,0 +1,434 @@
+package manifestlog
+
+import (
+	"errors"
+	"sort"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/vfs"
+)
+
+func TestFreshCommitReopen(t *testing.T) {
+	fsys := vfs.NewMem()
+	l, st, rep := openLog(t, fsys, Options{})
+	require.True(t, rep.Created)
+	require.Equal(t, uint64(0), st.Seq)
+	require.Empty(t, st.Segments)
+
+	m := newModel()
+	var w workload
+	for i := 0; i < 200; i++ {
+		e := w.edit()
+		seq, err := l.Commit(e)
+		require.NoError(t, err)
+		m.apply(e)
+		require.Equal(t, m.st.Seq, seq)
+		require.Equal(t, seq, l.Seq())
+	}
+	requireStateEqual(t, m.clone(), l.State())
+	require.NoError(t, l.Close())
+	_, err := l.Commit(Edit{})
+	require.ErrorIs(t, err, ErrClosed)
+
+	l2, st2, rep2 := openLog(t, fsys, Options{})
+	defer l2.Close()
+	require.False(t, rep2.Created)
+	require.Empty(t, rep2.Actions)
+	requireStateEqual(t, m.clone(), st2)
+	// Counters are seeded from disk: the next commit continues the sequence.
+	seq, err := l2.Commit(Edit{Add: []SegmentMeta{seg(w.next + 1)}})
+	require.NoError(t, err)
+	require.Equal(t, m.st.Seq+1, seq)
+	require.Greater(t, l2.Stats().BytesSinceCheckpoint, int64(0))
+}
+
+func TestCommitValidation(t *testing.T) {
+	l, _, _ := openLog(t, vfs.NewMem(), Options{})
+	defer l.Close()
+	_, err := l.Commit(Edit{Add: []SegmentMeta{seg(1)}})
+	require.NoError(t, err)
+	bad := []Edit{
+		{Remove: []uint64{2}},
+		{Add: []SegmentMeta{seg(3), seg(3)}},
+		{Add: []SegmentMeta{seg(1)}, Remove: []uint64{1}},
+		{Remove: []uint64{1, 1}},
+		{Add: []SegmentMeta{{ID: 0}}},
+		{Add: []SegmentMeta{{ID: 4, DataLength: -1}}},
+	}
+	for i, e := range bad {
+		_, err := l.Commit(e)
+		require.ErrorIs(t, err, ErrInvalidEdit, "edit %d", i)
+	}
+	require.Equal(t, uint64(1), l.Seq(), "refused edits write nothing")
+	// Re-adding a present id replaces its metadata (last wins).
+	s := seg(1)
+	s.Records = 999
+	seq, err := l.Commit(Edit{Add: []SegmentMeta{s}})
+	require.NoError(t, err)
+	got := l.State().Segments[1]
+	require.Equal(t, uint64(999), got.Records)
+	require.Equal(t, seq, got.AddedSeq)
+}
+
+func TestGroupCommitConcurrent(t *testing.T) {
+	fsys := vfs.NewMem()
+	l, _, _ := openLog(t, fsys, Options{MinCheckpointBytes: 4 << 10})
+	const writers, per = 16, 150
+	type done struct {
+		seq uint64
+		e   Edit
+	}
+	var mu sync.Mutex
+	var all []done
+	var wg sync.WaitGroup
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				id := uint64(w*per+i) + 1
+				e := Edit{Add: []SegmentMeta{seg(id)}, NextOrder: id}
+				if i > 0 && i%3 == 0 {
+					e.Remove = []uint64{id - 1}
+				}
+				seq, err := l.Commit(e)
+				if !assertNoError(t, err) {
+					return
+				}
+				mu.Lock()
+				all = append(all, done{seq, e})
+				mu.Unlock()
+			}
+		}(w)
+	}
+	wg.Wait()
+	require.Len(t, all, writers*per)
+	sort.Slice(all, func(i, j int) bool { return all[i].seq < all[j].seq })
+	m := newModel()
+	for i, d := range all {
+		require.Equal(t, uint64(i+1), d.seq, "sequence numbers are dense and unique")
+		m.apply(d.e)
+	}
+	requireStateEqual(t, m.clone(), l.State())
+	st := l.Stats()
+	t.Logf("commits=%d syncs=%d rotations=%d", st.Commits, st.Syncs, st.Rotations)
+	require.NoError(t, l.Close())
+	_, got, _ := openLog(t, fsys, Options{})
+	requireStateEqual(t, m.clone(), got)
+}
+
+func assertNoError(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Error(err)
+		return false
+	}
+	return true
+}
+
+func TestChanges(t *testing.T) {
+	l, _, _ := openLog(t, vfs.NewMem(), Options{})
+	defer l.Close()
+	commit := func(e Edit) uint64 {
+		seq, err := l.Commit(e)
+		require.NoError(t, err)
+		return seq
+	}
+	s1 := commit(Edit{Add: []SegmentMeta{seg(1), seg(2)}})
+	s2 := commit(Edit{Add: []SegmentMeta{seg(3)}})
+	s3 := commit(Edit{Remove: []uint64{1}, Add: []SegmentMeta{seg(4)}})
+	commit(Edit{Remove: []uint64{4}}) // added and removed after s2
+
+	add, rem, ok := l.Changes(l.Seq())
+	require.True(t, ok)
+	require.Empty(t, add)
+	require.Empty(t, rem)
+
+	add, rem, ok = l.Changes(s1)
+	require.True(t, ok)
+	require.Equal(t, []uint64{3}, ids(add))
+	require.Equal(t, []uint64{1}, rem)
+
+	add, rem, ok = l.Changes(s2)
+	require.True(t, ok)
+	require.Empty(t, add, "4 was added and removed after s2")
+	require.Equal(t, []uint64{1}, rem)
+
+	add, rem, ok = l.Changes(s3)
+	require.True(t, ok)
+	require.Empty(t, add)
+	require.Equal(t, []uint64{4}, rem)
+
+	add, _, ok = l.Changes(0)
+	require.True(t, ok)
+	require.Equal(t, []uint64{2, 3}, ids(add))
+
+	_, _, ok = l.Changes(l.Seq() + 5)
+	require.False(t, ok, "a seq from the future is not ours")
+
+	require.NoError(t, l.Checkpoint())
+	_, _, ok = l.Changes(s3)
+	require.False(t, ok, "history before the checkpoint is gone")
+	s5 := commit(Edit{Add: []SegmentMeta{seg(5)}})
+	add, _, ok = l.Changes(s5 - 1)
+	require.True(t, ok)
+	require.Equal(t, []uint64{5}, ids(add))
+	require.Equal(t, s5, add[0].AddedSeq)
+}
+
+func ids(ms []SegmentMeta) []uint64 {
+	var out []uint64
+	for _, m := range ms {
+		out = append(out, m.ID)
+	}
+	return out
+}
+
+// TestChangesReplayed: the change lists are rebuilt at Open from the log tail.
+func TestChangesReplayed(t *testing.T) {
+	fsys := vfs.NewMem()
+	l, _, _ := openLog(t, fsys, Options{})
+	for id := uint64(1); id <= 10; id++ {
+		_, err := l.Commit(Edit{Add: []SegmentMeta{seg(id)}})
+		require.NoError(t, err)
+	}
+	require.NoError(t, l.Checkpoint())
+	_, err := l.Commit(Edit{Remove: []uint64{3}, Add: []SegmentMeta{seg(11)}})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	l2, _, _ := openLog(t, fsys, Options{})
+	defer l2.Close()
+	add, rem, ok := l2.Changes(10)
+	require.True(t, ok)
+	require.Equal(t, []uint64{11}, ids(add))
+	require.Equal(t, []uint64{3}, rem)
+	_, _, ok = l2.Changes(9)
+	require.False(t, ok)
+}
+
+func TestBackgroundRotation(t *testing.T) {
+	fsys := vfs.NewMem()
+	l, _, _ := openLog(t, fsys, Options{MinCheckpointBytes: 2 << 10})
+	m := newModel()
+	var w workload
+	for i := 0; i < 3000; i++ {
+		e := w.edit()
+		_, err := l.Commit(e)
+		require.NoError(t, err)
+		m.apply(e)
+	}
+	require.NoError(t, l.Close())
+	st := l.Stats()
+	require.Greater(t, st.Rotations, uint64(3))
+	require.Zero(t, st.RotationFailures)
+	require.Len(t, manifestFiles(t, fsys), 1, "old generations are removed")
+	_, got, rep := openLog(t, fsys, Options{})
+	require.Empty(t, rep.Actions)
+	requireStateEqual(t, m.clone(), got)
+}
+
+// TestEquivalence: the same history loads to the same state whether it was
+// checkpointed (often) or never.
+func TestEquivalence(t *testing.T) {
+	plain, ckpt := vfs.NewMem(), vfs.NewMem()
+	never := Options{MinCheckpointBytes: 1 << 40}
+	lp, _, _ := openLog(t, plain, never)
+	lc, _, _ := openLog(t, ckpt, never)
+	m := newModel()
+	var w workload
+	for i := 0; i < 600; i++ {
+		e := w.edit()
+		_, err := lp.Commit(e)
+		require.NoError(t, err)
+		_, err = lc.Commit(e)
+		require.NoError(t, err)
+		m.apply(e)
+		if i%37 == 0 {
+			require.NoError(t, lc.Checkpoint())
+		}
+	}
+	require.NoError(t, lp.Close())
+	require.NoError(t, lc.Close())
+	require.Equal(t, uint64(0), lp.Stats().Rotations)
+	require.Greater(t, lc.Stats().Rotations, uint64(10))
+	_, sp, _ := openLog(t, plain, never)
+	_, sc, _ := openLog(t, ckpt, never)
+	requireStateEqual(t, sp, sc)
+	requireStateEqual(t, m.clone(), sp)
+}
+
+func TestFlippedByteIsCorruption(t *testing.T) {
+	fsys := vfs.NewMem()
+	l, _, _ := openLog(t, fsys, Options{})
+	for id := uint64(1); id <= 20; id++ {
+		_, err := l.Commit(Edit{Add: []SegmentMeta{seg(id)}})
+		require.NoError(t, err)
+	}
+	path := l.Stats()
+	_ = path
+	require.NoError(t, l.Close())
+	files := manifestFiles(t, fsys)
+	require.Len(t, files, 1)
+	offs := frameOffsets(t, fsys, files[0])
+	// frames: header, checkpoint, activate, then 20 edits
+	require.Len(t, offs, 23)
+	target := offs[5] // the third edit, followed by valid ones
+	flip(t, fsys, files[0], target+frameHeaderSize+2)
+
+	_, _, _, err := Open(fsys, testDir, Options{})
+	var ce *corruption.Error
+	require.ErrorAs(t, err, &ce)
+	require.ErrorIs(t, err, corruption.ErrCorrupt)
+	require.Equal(t, files[0], ce.Path)
+	require.Equal(t, target, ce.Offset)
+}
+
+func flip(t testing.TB, fsys vfs.FS, path string, off int64) {
+	t.Helper()
+	f, err := fsys.OpenReadWrite(path)
+	require.NoError(t, err)
+	b := make([]byte, 1)
+	_, err = f.ReadAt(b, off)
+	require.NoError(t, err)
+	b[0] ^= 0x40
+	_, err = f.WriteAt(b, off)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+}
+
+func TestUnknownVersionRefused(t *testing.T) {
+	fsys := vfs.NewMem()
+	writeFile(t, fsys, 1, headerWithVersion(2, 1), appendCheckpoint(nil, 0, 0, 0, 0, 0), appendActivate(nil, 0))
+	_, _, _, err := Open(fsys, testDir, Options{})
+	require.ErrorIs(t, err, ErrUnsupportedVersion)
+	require.False(t, errors.Is(err, corruption.ErrCorrupt))
+	require.Contains(t, err.Error(), "version 2")
+}
+
+func TestSequenceAndReplayCorruption(t *testing.T) {
+	hdr := appendHeader(nil, 1)
+	ck := appendCheckpoint(nil, 0, 0, 0, 0, 0)
+	act := appendActivate(nil, 0)
+	e1 := editPayload(1, Edit{Add: []SegmentMeta{seg(1)}})
+	cases := map[string][][]byte{
+		"gap":            {hdr, ck, act, e1, editPayload(3, Edit{Add: []SegmentMeta{seg(2)}})},
+		"repeat":         {hdr, ck, act, e1, editPayload(1, Edit{Add: []SegmentMeta{seg(2)}})},
+		"unknown remove": {hdr, ck, act, e1, editPayload(2, Edit{Remove: []uint64{7}})},
+		"bad activate":   {hdr, ck, appendActivate(nil, 4), e1},
+		"wrong gen":      {appendHeader(nil, 9), ck, act, e1},
+		"no header":      {ck, act, e1},
+		"second ckpt":    {hdr, ck, act, e1, ck},
+	}
+	for name, frames := range cases {
+		t.Run(name, func(t *testing.T) {
+			fsys := vfs.NewMem()
+			path := writeFile(t, fsys, 1, frames...)
+			offs := frameOffsets(t, fsys, path)
+			_, _, _, err := Open(fsys, testDir, Options{})
+			var ce *corruption.Error
+			require.ErrorAs(t, err, &ce)
+			require.Equal(t, path, ce.Path)
+			require.Contains(t, offs, ce.Offset)
+			t.Log(err)
+		})
+	}
+}
+
+func TestSkipEditCoveredByCheckpoint(t *testing.T) {
+	fsys := vfs.NewMem()
+	s1 := seg(1)
+	s1.AddedSeq = 1
+	writeFile(t, fsys, 1,
+		appendHeader(nil, 1),
+		appendCheckpoint(nil, 1, 0, 2, 0, 1),
+		appendSegments(nil, []*SegmentMeta{&s1}),
+		editPayload(1, Edit{Add: []SegmentMeta{seg(1)}, NextID: 2}), // already in the checkpoint
+		appendActivate(nil, 1),
+		editPayload(2, Edit{Add: []SegmentMeta{seg(2)}, NextID: 3}),
+	)
+	l, st, _ := openLog(t, fsys, Options{})
+	defer l.Close()
+	require.Equal(t, uint64(2), st.Seq)
+	require.Len(t, st.Segments, 2)
+}
+
+func TestTornTailTruncated(t *testing.T) {
+	fsys := vfs.NewMem()
+	l, _, _ := openLog(t, fsys, Options{PreallocateBytes: -1})
+	for id := uint64(1); id <= 5; id++ {
+		_, err := l.Commit(Edit{Add: []SegmentMeta{seg(id)}})
+		require.NoError(t, err)
+	}
+	want := l.State()
+	require.NoError(t, l.Close())
+	path := manifestFiles(t, fsys)[0]
+	f, err := fsys.OpenReadWrite(path)
+	require.NoError(t, err)
+	size, err := f.Size()
+	require.NoError(t, err)
+	// Half of a frame, as a crash in the middle of an append leaves it.
+	frame := appendFrameForTest(editPayload(6, Edit{Add: []SegmentMeta{seg(6)}}), uint64(size))
+	_, err = f.WriteAt(frame[:len(frame)/2], size)
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+
+	l2, st, rep := openLog(t, fsys, Options{})
+	requireStateEqual(t, want, st)
+	require.Equal(t, path, rep.TruncatedPath)
+	require.Equal(t, size, rep.TruncatedAt)
+	require.NotEmpty(t, rep.Actions)
+	// Appends continue cleanly after the truncation.
+	_, err = l2.Commit(Edit{Add: []SegmentMeta{seg(7)}})
+	require.NoError(t, err)
+	require.NoError(t, l2.Close())
+	_, st, rep = openLog(t, fsys, Options{})
+	require.Empty(t, rep.Actions)
+	require.Len(t, st.Segments, 6)
+}
+
+func TestIncompleteGenerations(t *testing.T) {
+	t.Run("newer unactivated removed", func(t *testing.T) {
+		fsys := vfs.NewMem()
+		l, _, _ := openLog(t, fsys, Options{})
+		_, err := l.Commit(Edit{Add: []SegmentMeta{seg(1)}})
+		require.NoError(t, err)
+		want := l.State()
+		require.NoError(t, l.Close())
+		broken := writeFile(t, fsys, 5, appendHeader(nil, 5), appendCheckpoint(nil, 0, 0, 0, 0, 0))
+		l2, st, rep := openLog(t, fsys, Options{})
+		requireStateEqual(t, want, st)
+		require.Equal(t, []string{broken}, rep.RemovedBroken)
+		require.NoError(t, l2.Checkpoint())
+		require.Equal(t, uint64(6), l2.Stats().Generation, "generation numbers never reuse one seen")
+		require.NoError(t, l2.Close())
+	})
+	t.Run("first generation incomplete is re-created", func(t *testing.T) {
+		fsys := vfs.NewMem()
+		writeFile(t, fsys, 1, appendHeader(nil, 1))
+		l, st, rep := openLog(t, fsys, Options{})
+		defer l.Close()
+		require.True(t, rep.Created)
+		require.Zero(t, st.Seq)
+	})
+	t.Run("only a later generation incomplete is refused", func(t *testing.T) {
+		fsys := vfs.NewMem()
+		writeFile(t, fsys, 2, appendHeader(nil, 2))
+		_, _, _, err := Open(fsys, testDir, Options{})
+		require.ErrorIs(t, err, corruption.ErrCorrupt)
+	})
+	t.Run("older generation removed", func(t *testing.T) {
+		fsys := vfs.NewMem()
+		old := writeFile(t, fsys, 1, appendHeader(nil, 1), appendCheckpoint(nil, 0, 0, 0, 0, 0), appendActivate(nil, 0))
+		writeFile(t, fsys, 2, appendHeader(nil, 2), appendCheckpoint(nil, 3, 0, 0, 0, 0), appendActivate(nil, 3))
+		l, st, rep := openLog(t, fsys, Options{})
+		defer l.Close()
+		require.Equal(t, uint64(3), st.Seq)
+		require.Equal(t, []string{old}, rep.RemovedOld)
+	})
+}

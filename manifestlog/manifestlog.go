@@ -1,0 +1,393 @@
+// Package manifestlog is the durable, append-only record of which segments
+// of a segkv store exist: the trusted commit point of every seal, merge and
+// import.
+//
+// # Format, version 1
+//
+// The log lives in generation files named MANIFEST-<16 lowercase hex digits>
+// (the generation number) in the store directory. Every file is a sequence of
+// wal frames (package wal, docs/FORMAT.md):
+//
+//	offset 0  u64 LE  xxhash64 checksum (as defined by wal)
+//	offset 8  u32 LE  payload length
+//	offset 12 u32 LE  reserved, 0
+//	offset 16 u64 LE  watermark: the file offset below which the writer knew
+//	                  the file to be synced when it wrote this frame
+//	offset 24 payload
+//
+// Every payload is one record; its first byte is the record kind. Integers
+// are uvarint (encoding/binary) unless marked LE (fixed-width little endian);
+// "bytes" is a uvarint length followed by that many bytes. A generation is:
+//
+//	header      kind=1 | magic "segkvMNF" (8 bytes) | version u32 LE (=1)
+//	            | generation u64 LE (must equal the file name's number)
+//	checkpoint  kind=2 | seq | liveID | nextID | nextOrder | segment count N
+//	segments*   kind=3 | n (>0) | n x segment       (the N segments, in chunks)
+//	edit*       kind=4 | ...                        (copy-forward backlog, see below)
+//	activate    kind=5 | seq (the state's seq at this point)
+//	edit*       kind=4 | seq | flags u8 (bit 0: sets the live id; other bits 0)
+//	            | [liveID if bit 0] | nextID | nextOrder | nAdd | nAdd x segment
+//	            | nRemove | nRemove x id
+//
+//	segment     id | fileKind u8 | order | dataLength | dataDigest u64 LE
+//	            | indexChecksum u64 LE | records | keys | minKey bytes
+//	            | maxKey bytes | addedSeq
+//
+// Records state results: an edit's added segment is "this id is live with
+// this metadata" (addedSeq equals the edit's seq), a removal is "this id is
+// gone", nextID/nextOrder are the counters after the edit. Replay applies
+// edits in order, last wins. An edit's seq is the previous seq + 1; an edit
+// whose seq the checkpoint already covers is skipped (only before the first
+// applied edit); any other gap or repeat, an unknown record kind, unknown
+// flag bits, trailing bytes, or the removal of an unknown id is corruption.
+// A header with another version is refused with ErrUnsupportedVersion: it is
+// not read further.
+//
+// A generation counts only once its activate record is present: a file
+// without one (a crash while creating it) is removed by Open if an older
+// complete generation exists. The activate record is what makes rotation
+// crash-safe: the checkpoint covers seq S, edits committed to the old
+// generation while the checkpoint was being written follow it, and only then
+// is the generation activated (one write + fdatasync), so an activated
+// generation always holds every acknowledged commit.
+//
+// Open picks the highest-numbered activated generation, truncates a torn tail
+// (the scanner tells a torn tail from corruption by the frames' watermarks),
+// and removes every other generation.
+//
+// # Costs
+//
+// A commit is one pwrite of its frame(s) at the end of the current file and
+// one fdatasync; concurrent commits share both. The file is preallocated
+// ahead in chunks so that most commits do not change the file size. When the
+// bytes appended since the checkpoint exceed max(CheckpointRatio x checkpoint
+// size, MinCheckpointBytes) a background goroutine writes a new generation,
+// which keeps the amortized bytes written per commit O(1) at any state size.
+package manifestlog
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+
+	"github.com/segkv/segkv/vfs"
+)
+
+// SegmentMeta describes one sealed segment as the manifest records it.
+type SegmentMeta struct {
+	ID            uint64 // file identity, unique, monotonic; names the data file
+	FileKind      uint8  // how the data file is named (the store defines values; stored opaque)
+	Order         uint64 // shadowing order: larger = newer data (the store assigns it)
+	DataLength    int64
+	DataDigest    uint64 // xxhash64 of the data file
+	IndexChecksum uint64 // checksum of the derived index file (the index is a cache; this is its trust anchor)
+	Records       uint64
+	Keys          uint64
+	MinKey        []byte
+	MaxKey        []byte
+	AddedSeq      uint64 // set by Commit: the Seq of the edit that added it
+}
+
+// Edit is one atomic change to the state. Every part is optional; an edit
+// that adds one segment and removes several (a merge) is one record.
+type Edit struct {
+	Add       []SegmentMeta
+	Remove    []uint64 // segment ids
+	SetLive   bool
+	LiveID    uint64 // the live (tail) data file, when SetLive
+	NextID    uint64 // if > current, raises the id counter (never lowers)
+	NextOrder uint64 // likewise for the order counter
+}
+
+// State is the set of live segments and the counters.
+type State struct {
+	Seq       uint64 // sequence of the last applied edit (ManifestSeq)
+	Segments  map[uint64]SegmentMeta
+	LiveID    uint64
+	NextID    uint64
+	NextOrder uint64
+}
+
+// Options tune a Log. The zero value is usable.
+type Options struct {
+	Logger *slog.Logger
+	// CheckpointRatio: rotate when the bytes appended since the checkpoint
+	// exceed this multiple of the checkpoint's size. Default 2.
+	CheckpointRatio float64
+	// MinCheckpointBytes: never rotate before this many bytes were appended
+	// since the checkpoint. Default 64 KiB.
+	MinCheckpointBytes int64
+	// PreallocateBytes is the minimum chunk by which the file is extended
+	// ahead of the appends (it grows with the file, up to 8 MiB). Default
+	// 64 KiB; negative disables preallocation.
+	PreallocateBytes int64
+}
+
+// Report lists what Open found and repaired.
+type Report struct {
+	Generation     uint64   // the generation in use
+	Path           string   // its file
+	Created        bool     // no log existed: a fresh one was created
+	CheckpointSeq  uint64   // seq covered by the generation's checkpoint
+	Replayed       int      // edits replayed after the checkpoint
+	TruncatedPath  string   // torn tail: the file truncated ...
+	TruncatedAt    int64    // ... at this offset ...
+	TruncatedBytes int64    // ... dropping this many bytes (zero fill excluded)
+	RemovedOld     []string // older generations removed
+	RemovedBroken  []string // newer generations that were never activated, removed
+	Actions        []string // every repair, in words (also logged at WARN)
+}
+
+// Stats are counters of a Log since Open.
+type Stats struct {
+	Generation           uint64
+	BytesSinceCheckpoint int64 // bytes appended to the current generation after its checkpoint
+	CheckpointBytes      int64 // size of the current generation's header + checkpoint
+	Commits              uint64
+	Syncs                uint64 // fdatasyncs of manifest files (commits, rotations, repairs)
+	Rotations            uint64
+	RotationFailures     uint64
+}
+
+// ErrClosed is returned by Commit after Close.
+var ErrClosed = errors.New("manifestlog: closed")
+
+// ErrFailed is wrapped by every Commit after a failed append or sync: the log
+// refuses further commits because a half-written record may sit at its end.
+var ErrFailed = errors.New("manifestlog: failed")
+
+// ErrInvalidEdit is wrapped by Commit for an edit it refuses (nothing is
+// written).
+var ErrInvalidEdit = errors.New("manifestlog: invalid edit")
+
+// ErrUnsupportedVersion is wrapped when a manifest file carries a format
+// version this package does not know.
+var ErrUnsupportedVersion = errors.New("manifestlog: unsupported manifest version")
+
+const filePrefix = "MANIFEST-"
+
+// maxEditBytes bounds one edit record: frames carry a u32 length and an
+// import of this size is better split anyway.
+const maxEditBytes = 1 << 30
+
+// pending is a queued commit. The token holder fills seq/err and signals wake.
+type pending struct {
+	payload []byte
+	edit    Edit // owned copy (keys cloned)
+	seq     uint64
+	lead    bool // woken to lead the next batch rather than because it is done
+	done    bool
+	err     error
+	wake    chan struct{}
+}
+
+// pendInfo tracks ids touched by queued, not yet durable edits, so that
+// validation of a new edit sees the effect of those queued before it.
+type pendInfo struct {
+	present bool // after the last queued edit touching it
+	n       int  // queued edits touching it
+}
+
+type added struct{ seq, id uint64 }
+type removed struct{ seq, id, addedSeq uint64 }
+
+// Log is an open manifest log. Its methods are safe for concurrent use.
+type Log struct {
+	fsys  vfs.FS
+	dir   string
+	opts  Options
+	log   *slog.Logger
+	seq   atomic.Uint64 // durable, applied seq
+	rotMu sync.Mutex    // one rotation at a time
+	wg    sync.WaitGroup
+
+	mu sync.Mutex
+	// The current generation. f, end, synced and alloc change only while
+	// the write token is held (writing == true).
+	f       vfs.File
+	path    string
+	gen     uint64
+	maxGen  uint64 // highest generation number ever seen or reserved
+	end     int64  // next append offset
+	synced  int64  // durable watermark (= end after every successful sync)
+	alloc   int64  // file size after preallocation
+	ckptEnd int64  // offset where the checkpoint's frames end
+	ckptSeq uint64 // seq the checkpoint covers
+
+	// Durable state. While a rotation encodes its checkpoint from segs
+	// (without mu), changes go to over (nil value = removed) instead.
+	segs      map[uint64]SegmentMeta
+	over      map[uint64]*SegmentMeta
+	rotating  bool
+	backlog   [][]byte // payloads committed after the rotation's snapshot
+	liveID    uint64
+	nextID    uint64
+	nextOrder uint64
+	adds      []added   // since the checkpoint, in seq order
+	rems      []removed // since the checkpoint, in seq order
+
+	// Queued (not yet durable) edits.
+	tipSeq, tipNextID, tipNextOrder uint64
+	pend                            map[uint64]*pendInfo
+	queue                           []*pending
+	writing                         bool            // the write token is held
+	tokenWaiters                    []chan struct{} // rotation/Close waiting for the token
+
+	err       error // sticky failure
+	closed    bool
+	bgRunning bool  // a background rotation is scheduled or running
+	rotRetry  int64 // after a failed rotation: bytesSince at which to retry
+	stats     Stats
+}
+
+func (o *Options) fill() {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.CheckpointRatio <= 0 {
+		o.CheckpointRatio = 2
+	}
+	if o.MinCheckpointBytes <= 0 {
+		o.MinCheckpointBytes = 64 << 10
+	}
+	if o.PreallocateBytes == 0 {
+		o.PreallocateBytes = 64 << 10
+	}
+}
+
+// Seq returns the sequence number of the last durable commit.
+func (l *Log) Seq() uint64 { return l.seq.Load() }
+
+// State returns a copy of the durable state. The key slices inside the
+// metadata are shared and must not be modified.
+func (l *Log) State() State {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	st := State{
+		Seq:       l.seq.Load(),
+		Segments:  make(map[uint64]SegmentMeta, len(l.segs)+len(l.over)),
+		LiveID:    l.liveID,
+		NextID:    l.nextID,
+		NextOrder: l.nextOrder,
+	}
+	for id, m := range l.segs {
+		st.Segments[id] = m
+	}
+	for id, m := range l.over {
+		if m == nil {
+			delete(st.Segments, id)
+		} else {
+			st.Segments[id] = *m
+		}
+	}
+	return st
+}
+
+// lookup returns the durable metadata of id. mu held.
+func (l *Log) lookup(id uint64) (SegmentMeta, bool) {
+	if m, ok := l.over[id]; ok {
+		if m == nil {
+			return SegmentMeta{}, false
+		}
+		return *m, true
+	}
+	m, ok := l.segs[id]
+	return m, ok
+}
+
+// Changes reports what changed after seq since: the segments added after it
+// that are still present (oldest first) and the ids removed after it that
+// existed at since. complete is false when that history is older than the
+// current checkpoint (or since is ahead of this log): the caller then needs
+// a full listing. It is O(1) when since == Seq() and O(changes) otherwise.
+func (l *Log) Changes(since uint64) (add []SegmentMeta, remove []uint64, complete bool) {
+	if since == l.seq.Load() {
+		return nil, nil, true
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	cur := l.seq.Load()
+	if since == cur {
+		return nil, nil, true
+	}
+	if since > cur || since < l.ckptSeq {
+		return nil, nil, false
+	}
+	i, _ := slices.BinarySearchFunc(l.adds, since+1, func(a added, s uint64) int { return cmpU64(a.seq, s) })
+	for _, a := range l.adds[i:] {
+		if a.seq > cur {
+			break
+		}
+		if m, ok := l.lookup(a.id); ok && m.AddedSeq == a.seq {
+			add = append(add, m)
+		}
+	}
+	j, _ := slices.BinarySearchFunc(l.rems, since+1, func(r removed, s uint64) int { return cmpU64(r.seq, s) })
+	for _, r := range l.rems[j:] {
+		if r.seq > cur {
+			break
+		}
+		// An id added after since and removed again was never seen by the
+		// caller: not a change for it.
+		if r.addedSeq <= since {
+			remove = append(remove, r.id)
+		}
+	}
+	return add, remove, true
+}
+
+func cmpU64(a, b uint64) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// Stats returns the counters.
+func (l *Log) Stats() Stats {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.stats
+	s.Generation = l.gen
+	s.BytesSinceCheckpoint = l.end - l.ckptEnd
+	s.CheckpointBytes = l.ckptEnd
+	return s
+}
+
+// Close waits for a running rotation and for queued commits, then closes the
+// file. Commits after Close return ErrClosed.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	l.wg.Wait()
+	l.rotMu.Lock()
+	defer l.rotMu.Unlock()
+	l.mu.Lock()
+	l.acquireToken()
+	for len(l.queue) > 0 && l.err == nil {
+		l.writeBatch()
+	}
+	l.failQueue(ErrClosed)
+	f := l.f
+	l.f = nil
+	l.mu.Unlock()
+	// The token is never released: nothing writes after Close.
+	if f == nil {
+		return nil
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("manifestlog: close %s: %w", l.path, err)
+	}
+	return nil
+}
