@@ -68,7 +68,7 @@ func (s *Store) checkTail(t *tail) error {
 	return nil
 }
 
-func (s *Store) checkSegment(sg *segment) error {
+func (s *Store) checkSegment(sg *sealed) error {
 	h, err := s.files.acquire(sg.df.id, sg.df.path)
 	if err != nil {
 		return err

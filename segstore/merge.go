@@ -64,7 +64,7 @@ const mergeFrameBytes = 1 << 20
 // The background policy wants MinRun adjacent segments of similar size;
 // Compact (full) takes any run of two or more, starting from the oldest so
 // that tombstones can be dropped. Both respect MaxStepBytes.
-func pickRun(oldestFirst []*segment, o MergeOptions, full bool) []*segment {
+func pickRun(oldestFirst []*sealed, o MergeOptions, full bool) []*sealed {
 	n := len(oldestFirst)
 	bestStart, bestLen := -1, 0
 	for i := 0; i < n; i++ {
@@ -162,7 +162,7 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		inputs[i] = sg.meta.ID
 		inBytes += sg.meta.DataLength
 	}
-	if err := s.commitSegments([]*segment{out}, inputs, 0, nil); err != nil {
+	if err := s.commitSegments([]*sealed{out}, inputs, 0, nil); err != nil {
 		return false, err
 	}
 	s.stats.merges.Add(1)
@@ -175,7 +175,7 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 
 // mergeCursor walks one input segment's index in key order.
 type mergeCursor struct {
-	sg  *segment
+	sg  *sealed
 	pos int
 }
 
@@ -183,7 +183,7 @@ type mergeCursor struct {
 // ".seg" file, makes it durable with its directory entry, writes its index
 // (unsynced), and returns the segment, not yet committed. On any error the
 // output file is removed (and would be by the next Open anyway).
-func (s *Store) writeMerged(ctx context.Context, run []*segment, dropTombstones bool) (_ *segment, err error) {
+func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones bool) (_ *sealed, err error) {
 	id := s.nextID.Add(1) - 1
 	df := s.newDataFile(id, segment.KindSeg)
 	f, err := s.fs.Create(df.path)
@@ -361,5 +361,5 @@ func (s *Store) writeMerged(ctx context.Context, run []*segment, dropTombstones 
 		meta.MinKey = bytes.Clone(entries[0].Key)
 		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
 	}
-	return &segment{meta: meta, df: df, ix: ix}, nil
+	return &sealed{meta: meta, df: df, ix: ix}, nil
 }

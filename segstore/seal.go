@@ -185,8 +185,8 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 		meta.MinKey = bytes.Clone(entries[0].Key)
 		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
 	}
-	seg := &segment{meta: meta, df: t.df, ix: ix}
-	if err := s.commitSegments([]*segment{seg}, nil, liveID, func() {
+	seg := &sealed{meta: meta, df: t.df, ix: ix}
+	if err := s.commitSegments([]*sealed{seg}, nil, liveID, func() {
 		if s.frozen == t {
 			s.frozen = nil
 		}
@@ -205,7 +205,7 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 // under commitMu, so that newer data always has a higher Order. A non-zero
 // liveID also names the live file. install runs under mu, atomically with the
 // new segment list.
-func (s *Store) commitSegments(add []*segment, remove []uint64, liveID uint64, install func()) error {
+func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, install func()) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	metas := make([]manifestlog.SegmentMeta, len(add))
@@ -231,8 +231,8 @@ func (s *Store) commitSegments(add []*segment, remove []uint64, liveID uint64, i
 		sg.meta.AddedSeq = seq
 	}
 	s.mu.Lock()
-	segs := make([]*segment, 0, len(s.segs)+len(add))
-	var retired []*segment
+	segs := make([]*sealed, 0, len(s.segs)+len(add))
+	var retired []*sealed
 	for _, sg := range s.segs {
 		if containsID(remove, sg.meta.ID) {
 			retired = append(retired, sg)

@@ -21,8 +21,8 @@ import (
 type Snapshot struct {
 	s      *Store
 	seq    uint64
-	tails  []*tail    // the live file and the one being sealed, newest first
-	segs   []*segment // newest first
+	tails  []*tail   // the live file and the one being sealed, newest first
+	segs   []*sealed // newest first
 	closed atomic.Bool
 }
 

@@ -53,8 +53,8 @@ type Store struct {
 	// exclusive lock is no longer in use by any Get once the lock is released.
 	mu     sync.RWMutex
 	tail   *tail
-	frozen *tail      // a live file being sealed: still readable, no longer written
-	segs   []*segment // sealed segments, newest (highest Order) first
+	frozen *tail     // a live file being sealed: still readable, no longer written
+	segs   []*sealed // sealed segments, newest (highest Order) first
 
 	sealMu sync.Mutex // one seal at a time
 
@@ -127,8 +127,8 @@ func (l loc) visibleAt(seq uint64) (loc, bool) {
 	return l, true
 }
 
-// segment is a sealed segment with its index in memory.
-type segment struct {
+// sealed is a sealed segment with its index in memory.
+type sealed struct {
 	meta manifestlog.SegmentMeta
 	df   *dataFile
 	ix   *index.Index
@@ -204,7 +204,7 @@ func (s *Store) recover() error {
 	s.nextOrder = max(state.NextOrder, 1)
 
 	for _, rs := range res.Segments {
-		s.segs = append(s.segs, &segment{meta: rs.Meta, df: s.newDataFile(rs.Meta.ID, rs.Meta.FileKind), ix: rs.Index})
+		s.segs = append(s.segs, &sealed{meta: rs.Meta, df: s.newDataFile(rs.Meta.ID, rs.Meta.FileKind), ix: rs.Index})
 	}
 	sortSegments(s.segs)
 
@@ -303,8 +303,8 @@ func (t *tail) lookup(key []byte) (loc, bool) {
 	return l, ok
 }
 
-func sortSegments(segs []*segment) {
-	slices.SortFunc(segs, func(a, b *segment) int {
+func sortSegments(segs []*sealed) {
+	slices.SortFunc(segs, func(a, b *sealed) int {
 		switch {
 		case a.meta.Order > b.meta.Order:
 			return -1

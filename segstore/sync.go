@@ -65,7 +65,7 @@ func (s *Store) Export(ctx context.Context, id uint64, w io.Writer) (int64, erro
 		return 0, fmt.Errorf("%w: nil writer", ErrInvalidOption)
 	}
 	s.mu.RLock()
-	var sg *segment
+	var sg *sealed
 	for _, c := range s.segs {
 		if c.meta.ID == id {
 			sg = c
@@ -145,7 +145,7 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 	}
 	s.mu.RUnlock()
 
-	var written []*segment
+	var written []*sealed
 	cleanup := func() {
 		for _, sg := range written {
 			s.fs.Remove(sg.df.path)
@@ -202,7 +202,7 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 
 // importOne copies one stream into a new ".seg" file, validating every frame
 // and record, syncs the file, and writes its locally built index.
-func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *segment, err error) {
+func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err error) {
 	id := s.nextID.Add(1) - 1
 	df := s.newDataFile(id, segment.KindSeg)
 	name := df.path
@@ -294,7 +294,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *segment, err err
 }
 
 // indexImported builds, writes (unsynced) and loads the index of an imported file.
-func (s *Store) indexImported(df *dataFile, length int64, digest uint64, latest map[string]index.Entry, records uint64) (*segment, error) {
+func (s *Store) indexImported(df *dataFile, length int64, digest uint64, latest map[string]index.Entry, records uint64) (*sealed, error) {
 	entries := recovery.EntriesFromMap(latest)
 	ident := index.Identity{DataLength: length, DataDigest: digest}
 	ixData, ixSum, err := index.Encode(entries, ident)
@@ -317,7 +317,7 @@ func (s *Store) indexImported(df *dataFile, length int64, digest uint64, latest 
 		meta.MinKey = bytes.Clone(entries[0].Key)
 		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
 	}
-	return &segment{meta: meta, df: df, ix: ix}, nil
+	return &sealed{meta: meta, df: df, ix: ix}, nil
 }
 
 // Changes is what a peer needs to catch up from a ManifestSeq it saw.
