@@ -1,0 +1,528 @@
+// Package index implements the per-segment index file of segkv: the sorted
+// keys of one sealed data file with each key's newest record (kind, offset,
+// length), plus a bloom filter so that a point read of a missing key costs no
+// disk read.
+//
+// The index is a CACHE of information the data file already carries. It is
+// never fsynced. The manifest (the trusted commit point) records the index's
+// body checksum and the identity of the data file it describes; Decode
+// verifies both, and the caller rebuilds the index from the data file when
+// the file is missing, torn, stale or corrupt. A bad index is therefore
+// always refused, never believed: Decode returns a *corruption.Error and
+// never panics on any input.
+//
+// # File format, version 1
+//
+// All integers are little endian. Offsets are from the start of the file.
+//
+//	offset        size      field
+//	0             8         magic "segkvidx"
+//	8             4         format version, u32 = 1 (any other value is refused)
+//	12            4         flags, u32, must be 0 (reserved)
+//	16            8         n: entry count, u64
+//	24            8         identity: data length of the indexed data file, i64
+//	32            8         identity: data digest of the indexed data file, u64
+//	40            8         R: length of the record area in bytes, u64 (< 2^32)
+//	48            8         m: bloom filter size in bits, u64 (>= 1)
+//	56            4         k: bloom filter hash count, u32 (1..64)
+//	60            4         reserved, u32, must be 0
+//	64            8*W       bloom words, W = ceil(m/64) u64 words
+//	64+8W         4*(n+1)   record offsets, u32, relative to the record area
+//	64+8W+4(n+1)  R         record area: n records, back to back
+//	end-8         8         checksum: xxhash64 of every byte before it
+//
+// Record i occupies [off[i], off[i+1]) of the record area:
+//
+//	0   1   kind: 1 = put, 2 = delete (tombstone)
+//	1   8   offset of the record in the data file, i64 (>= 0)
+//	9   4   length of the record in the data file, u32
+//	13  ... key bytes; key length = off[i+1] - off[i] - 13 (0 allowed)
+//
+// Invariants a valid file satisfies (Decode checks all but the last two in
+// one pass with no per-key allocation; the checksum guards the rest, see
+// Verify): the file length is exactly 64 + 8W + 4(n+1) + R + 8; off[0] = 0,
+// off[n] = R, and off[i+1] - off[i] >= 13; kind is 1 or 2; offset + length <=
+// data length; keys are strictly increasing under bytes.Compare; the bloom
+// filter holds every key.
+//
+// Why this layout: Decode is a checksum pass and a bounds pass over one
+// []byte; lookups read keys straight out of it through the fixed-width offset
+// array (binary search), so loading a 1M-key index builds no per-key Go
+// objects. The bloom words come first, right after the 64-byte header, so they
+// are 8-byte aligned in the file. Key lengths are implied by the offsets, so
+// any key length is representable as long as the record area stays below
+// 4 GiB (Encode refuses larger).
+//
+// Encoding is deterministic: the same entries and identity give the same
+// bytes, hence the same checksum. The store relies on this: it compares the
+// checksum of an index rebuilt from the data file with the one the manifest
+// recorded at seal.
+//
+// The bloom filter is github.com/bits-and-blooms/bloom/v3 built with
+// NewWithEstimates(max(n, 1), 0.01) (about 1% false positives); its words are
+// stored directly, so a reader with the same library tests the same bits.
+//
+// Version policy: any change that would make a version-1 reader misread a
+// file (field meaning, hash function, bloom hashing) must bump the version;
+// readers refuse versions they do not know.
+package index
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/vfs"
+)
+
+// Record kinds, the same values as the data file's record kinds.
+const (
+	KindPut    uint8 = 1
+	KindDelete uint8 = 2
+)
+
+// Format constants. They are part of the on-disk format: see the package
+// comment before changing any of them.
+const (
+	// Magic identifies an index file.
+	Magic = "segkvidx"
+	// Version is the format version this package writes and the only one it
+	// reads.
+	Version uint32 = 1
+
+	headerSize  = 64
+	trailerSize = 8
+	// recordMeta is the fixed part of a record: kind, offset, length.
+	recordMeta = 1 + 8 + 4
+	// maxBloomK bounds the hash count a reader accepts, so that a damaged
+	// header cannot make every lookup arbitrarily slow. NewWithEstimates at
+	// 1% gives 7.
+	maxBloomK = 64
+	// falsePositiveRate is the bloom filter's target false-positive rate.
+	falsePositiveRate = 0.01
+)
+
+// Header field offsets, named so that errors can point at the field.
+const (
+	offMagic    = 0
+	offVersion  = 8
+	offFlags    = 12
+	offCount    = 16
+	offDataLen  = 24
+	offDigest   = 32
+	offRecLen   = 40
+	offBloomM   = 48
+	offBloomK   = 56
+	offReserved = 60
+)
+
+// ErrInvalidEntries is matched (errors.Is) by every error Encode returns for
+// entries it cannot index: unsorted or duplicate keys, an unknown kind, a
+// record outside the data file, or an index too large for the format.
+var ErrInvalidEntries = errors.New("index: invalid entries")
+
+// Entry is one key of a segment and the location of its newest record.
+type Entry struct {
+	Key    []byte
+	Kind   uint8  // KindPut or KindDelete
+	Offset int64  // offset of the record in the data file
+	Length uint32 // length of the record in the data file
+}
+
+// Identity names the data file an index was built for. An index whose
+// identity differs from the one the caller expects is stale (another
+// segment's, or an older content of this one) and is refused.
+type Identity struct {
+	DataLength int64
+	DataDigest uint64
+}
+
+// Index is a decoded, verified index. It aliases the bytes it was decoded
+// from; the caller must not modify them afterwards. An Index is immutable and
+// safe for concurrent use.
+type Index struct {
+	data     []byte // the whole file
+	n        int
+	offs     []byte // (n+1) u32 record offsets
+	recs     []byte // record area
+	filter   *bloom.BloomFilter
+	checksum uint64
+	id       Identity
+}
+
+// Encode builds the index file bytes for entries, which must be sorted by key
+// (bytes.Compare) with no duplicates, and returns its checksum: the value the
+// manifest records. Every entry must have a known kind and lie inside the
+// data file described by id.
+func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err error) {
+	if id.DataLength < 0 {
+		return nil, 0, fmt.Errorf("%w: negative data length %d", ErrInvalidEntries, id.DataLength)
+	}
+	recLen := uint64(0)
+	for i, e := range entries {
+		if i > 0 && bytes.Compare(entries[i-1].Key, e.Key) >= 0 {
+			return nil, 0, fmt.Errorf("%w: entry %d (key %q) is not after entry %d (key %q)",
+				ErrInvalidEntries, i, truncKey(e.Key), i-1, truncKey(entries[i-1].Key))
+		}
+		if e.Kind != KindPut && e.Kind != KindDelete {
+			return nil, 0, fmt.Errorf("%w: entry %d (key %q) has unknown kind %d", ErrInvalidEntries, i, truncKey(e.Key), e.Kind)
+		}
+		if e.Offset < 0 || e.Offset > id.DataLength-int64(e.Length) {
+			return nil, 0, fmt.Errorf("%w: entry %d (key %q): record [%d, +%d) is outside the data file of length %d",
+				ErrInvalidEntries, i, truncKey(e.Key), e.Offset, e.Length, id.DataLength)
+		}
+		recLen += recordMeta + uint64(len(e.Key))
+		if recLen > math.MaxUint32 {
+			return nil, 0, fmt.Errorf("%w: record area exceeds 4 GiB at entry %d", ErrInvalidEntries, i)
+		}
+	}
+
+	n := len(entries)
+	filter := bloom.NewWithEstimates(uint(max(n, 1)), falsePositiveRate)
+	for _, e := range entries {
+		filter.Add(e.Key)
+	}
+	m := uint64(filter.Cap())
+	k := uint64(filter.K())
+	words := filter.BitSet().Words()
+	w := wordsFor(m)
+	if uint64(len(words)) < w || k > maxBloomK {
+		// Cannot happen with the library's estimates; refuse rather than
+		// write a file this package would not read back.
+		return nil, 0, fmt.Errorf("index: bloom filter with m=%d k=%d and %d words is not encodable", m, k, len(words))
+	}
+
+	offsStart := headerSize + 8*w
+	recStart := offsStart + 4*uint64(n+1)
+	total := recStart + recLen + trailerSize
+	if total > math.MaxInt {
+		return nil, 0, fmt.Errorf("%w: index of %d bytes is too large", ErrInvalidEntries, total)
+	}
+	buf := make([]byte, total)
+
+	le := binary.LittleEndian
+	copy(buf[offMagic:], Magic)
+	le.PutUint32(buf[offVersion:], Version)
+	le.PutUint32(buf[offFlags:], 0)
+	le.PutUint64(buf[offCount:], uint64(n))
+	le.PutUint64(buf[offDataLen:], uint64(id.DataLength))
+	le.PutUint64(buf[offDigest:], id.DataDigest)
+	le.PutUint64(buf[offRecLen:], recLen)
+	le.PutUint64(buf[offBloomM:], m)
+	le.PutUint32(buf[offBloomK:], uint32(k))
+	le.PutUint32(buf[offReserved:], 0)
+	for i := uint64(0); i < w; i++ {
+		le.PutUint64(buf[headerSize+8*i:], words[i])
+	}
+
+	offs := buf[offsStart:recStart]
+	recs := buf[recStart : recStart+recLen]
+	pos := uint32(0)
+	for i, e := range entries {
+		le.PutUint32(offs[4*i:], pos)
+		r := recs[pos:]
+		r[0] = e.Kind
+		le.PutUint64(r[1:], uint64(e.Offset))
+		le.PutUint32(r[9:], e.Length)
+		copy(r[recordMeta:], e.Key)
+		pos += recordMeta + uint32(len(e.Key))
+	}
+	le.PutUint32(offs[4*n:], pos)
+
+	body := buf[:total-trailerSize]
+	sum := xxhash.Sum64(body)
+	le.PutUint64(buf[total-trailerSize:], sum)
+	return buf, sum, nil
+}
+
+// Decode verifies data against wantChecksum (the checksum the manifest
+// recorded) and id (the data file the caller expects) and returns a ready
+// index that aliases data. Any truncation, bad magic, unknown version,
+// checksum mismatch, identity mismatch or inconsistent internal offset is a
+// *corruption.Error naming path and the offending offset. Decode never
+// panics.
+//
+// Cost: one xxhash pass over data, one pass over the offset array and record
+// headers, and a copy of the bloom filter's words (about 1.2 bytes per key);
+// no per-key allocation.
+func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index, error) {
+	le := binary.LittleEndian
+	size := uint64(len(data))
+	if size < headerSize+trailerSize {
+		return nil, corruption.New(path, int64(size), "index truncated: %d bytes, a header and trailer need %d", size, headerSize+trailerSize)
+	}
+	if string(data[offMagic:offMagic+len(Magic)]) != Magic {
+		return nil, corruption.New(path, offMagic, "bad index magic %q", data[offMagic:offMagic+len(Magic)])
+	}
+	if v := le.Uint32(data[offVersion:]); v != Version {
+		return nil, corruption.New(path, offVersion, "unknown index format version %d (this build reads %d)", v, Version)
+	}
+	// The file's own checksum first: it tells a torn or damaged file from an
+	// intact one built for something else, which the next checks report.
+	body := data[:size-trailerSize]
+	stored := le.Uint64(data[size-trailerSize:])
+	sum := xxhash.Sum64(body)
+	if sum != stored {
+		return nil, corruption.New(path, int64(size-trailerSize),
+			"index checksum mismatch: stored %016x, computed %016x over %d bytes (torn or damaged)", stored, sum, len(body))
+	}
+	got := Identity{DataLength: int64(le.Uint64(data[offDataLen:])), DataDigest: le.Uint64(data[offDigest:])}
+	if got != id {
+		return nil, corruption.New(path, offDataLen,
+			"stale index: built for data length %d digest %016x, expected length %d digest %016x",
+			got.DataLength, got.DataDigest, id.DataLength, id.DataDigest)
+	}
+	if id.DataLength < 0 {
+		// Also keeps the per-record bound check below free of overflow.
+		return nil, corruption.New(path, offDataLen, "negative data length %d", id.DataLength)
+	}
+	if sum != wantChecksum {
+		return nil, corruption.New(path, int64(size-trailerSize),
+			"index checksum %016x differs from the recorded %016x (stale index)", sum, wantChecksum)
+	}
+	if f := le.Uint32(data[offFlags:]); f != 0 {
+		return nil, corruption.New(path, offFlags, "unknown index flags %#x", f)
+	}
+	if r := le.Uint32(data[offReserved:]); r != 0 {
+		return nil, corruption.New(path, offReserved, "reserved header field is %#x, not zero", r)
+	}
+
+	// Sizes. Each is bounded by the file size before any multiplication, so
+	// nothing below can overflow.
+	n := le.Uint64(data[offCount:])
+	recLen := le.Uint64(data[offRecLen:])
+	m := le.Uint64(data[offBloomM:])
+	k := le.Uint32(data[offBloomK:])
+	if m == 0 || m/64 > size {
+		return nil, corruption.New(path, offBloomM, "bloom filter size %d bits does not fit a %d-byte index", m, size)
+	}
+	if k == 0 || k > maxBloomK {
+		return nil, corruption.New(path, offBloomK, "bloom filter hash count %d out of range 1..%d", k, maxBloomK)
+	}
+	if n > size/4 {
+		return nil, corruption.New(path, offCount, "entry count %d does not fit a %d-byte index", n, size)
+	}
+	if recLen > math.MaxUint32 || recLen > size {
+		return nil, corruption.New(path, offRecLen, "record area length %d does not fit a %d-byte index", recLen, size)
+	}
+	w := wordsFor(m)
+	offsStart := headerSize + 8*w
+	recStart := offsStart + 4*(n+1)
+	want := recStart + recLen + trailerSize
+	if want != size {
+		return nil, corruption.New(path, offCount,
+			"index is %d bytes, its header (n=%d, records=%d, bloom=%d bits) implies %d", size, n, recLen, m, want)
+	}
+	offs := data[offsStart:recStart]
+	recs := data[recStart : recStart+recLen]
+
+	// One pass over the offsets and record headers: afterwards every At and
+	// Get is in bounds and returns a well-formed entry.
+	if first := le.Uint32(offs); first != 0 {
+		return nil, corruption.New(path, int64(offsStart), "first record offset is %d, not 0", first)
+	}
+	prev := uint64(0)
+	for i := uint64(0); i < n; i++ {
+		next := uint64(le.Uint32(offs[4*(i+1):]))
+		if next < prev+recordMeta || next > recLen {
+			return nil, corruption.New(path, int64(offsStart+4*(i+1)),
+				"record %d spans [%d, %d) of a %d-byte record area", i, prev, next, recLen)
+		}
+		r := recs[prev:next]
+		if r[0] != KindPut && r[0] != KindDelete {
+			return nil, corruption.New(path, int64(recStart+prev), "record %d has unknown kind %d", i, r[0])
+		}
+		off := int64(le.Uint64(r[1:]))
+		length := int64(le.Uint32(r[9:]))
+		if off < 0 || off > id.DataLength-length {
+			return nil, corruption.New(path, int64(recStart+prev+1),
+				"record %d points at [%d, +%d), outside the data file of length %d", i, off, length, id.DataLength)
+		}
+		prev = next
+	}
+	if prev != recLen {
+		return nil, corruption.New(path, int64(offsStart+4*n), "last record ends at %d, the record area is %d bytes", prev, recLen)
+	}
+
+	// Copied rather than aliased: a []byte cannot be viewed as []uint64
+	// portably (alignment, endianness), and the copy is small (m/8 bytes).
+	words := make([]uint64, w)
+	for i := range words {
+		words[i] = le.Uint64(data[headerSize+8*i:])
+	}
+	return &Index{
+		data:     data,
+		n:        int(n),
+		offs:     offs,
+		recs:     recs,
+		filter:   bloom.FromWithM(words, uint(m), uint(k)),
+		checksum: sum,
+		id:       id,
+	}, nil
+}
+
+// Load reads path from fsys and decodes it (see Decode). A missing file is an
+// error matching fs.ErrNotExist; a short read is corruption (a torn file).
+func Load(fsys vfs.FS, path string, wantChecksum uint64, id Identity) (*Index, error) {
+	f, err := fsys.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("index: open %s: %w", path, err)
+	}
+	defer f.Close() // read-only: a close error cannot lose data
+	size, err := f.Size()
+	if err != nil {
+		return nil, fmt.Errorf("index: size of %s: %w", path, err)
+	}
+	if size < 0 || uint64(size) > math.MaxInt {
+		return nil, corruption.New(path, -1, "index file size %d is not readable", size)
+	}
+	data := make([]byte, size)
+	n, err := f.ReadAt(data, 0)
+	if n < len(data) {
+		if err == nil || errors.Is(err, io.EOF) {
+			// The file shrank under us; treat it like a torn file.
+			return nil, corruption.New(path, int64(n), "index read %d of %d bytes", n, size)
+		}
+		return nil, fmt.Errorf("index: read %s: %w", path, err)
+	}
+	return Decode(path, data, wantChecksum, id)
+}
+
+// Write writes data to path: create (truncating any old file), one WriteAt,
+// Close. It deliberately does not sync: the index is a cache that Decode
+// verifies against the manifest and the caller rebuilds when it is missing
+// or torn, so a barrier here would buy nothing.
+func Write(fsys vfs.FS, path string, data []byte) error {
+	f, err := fsys.Create(path)
+	if err != nil {
+		return fmt.Errorf("index: create %s: %w", path, err)
+	}
+	if _, err := f.WriteAt(data, 0); err != nil {
+		_ = f.Close() // the write error is the one worth reporting
+		return fmt.Errorf("index: write %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("index: close %s: %w", path, err)
+	}
+	return nil
+}
+
+// Len returns the number of entries.
+func (ix *Index) Len() int { return ix.n }
+
+// Checksum returns the index's body checksum (the value the manifest records).
+func (ix *Index) Checksum() uint64 { return ix.checksum }
+
+// Identity returns the identity of the data file the index describes.
+func (ix *Index) Identity() Identity { return ix.id }
+
+// Bytes returns the encoded file the index aliases. The caller must not
+// modify it.
+func (ix *Index) Bytes() []byte { return ix.data }
+
+// SizeBytes returns the memory the index holds: the encoded file plus the
+// decoded bloom filter words.
+func (ix *Index) SizeBytes() int {
+	return len(ix.data) + 8*len(ix.filter.BitSet().Words())
+}
+
+// MayContain reports whether key may be in the index. False is definite;
+// true is wrong for about 1% of absent keys.
+func (ix *Index) MayContain(key []byte) bool {
+	return ix.n > 0 && ix.filter.Test(key)
+}
+
+// Get returns the entry for key. A missing key almost always costs one bloom
+// test; a present one a bloom test and a binary search. It does not allocate.
+// The returned Entry.Key aliases the index.
+func (ix *Index) Get(key []byte) (Entry, bool) {
+	if !ix.MayContain(key) {
+		return Entry{}, false
+	}
+	i := ix.Search(key)
+	if i < ix.n && bytes.Equal(ix.key(i), key) {
+		return ix.At(i), true
+	}
+	return Entry{}, false
+}
+
+// Search returns the first position i in [0, Len()] whose key is >= key
+// (Len() if none): the starting point of an iterator or range scan.
+func (ix *Index) Search(key []byte) int {
+	lo, hi := 0, ix.n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if bytes.Compare(ix.key(mid), key) < 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// At returns entry i, 0 <= i < Len(); like a slice index, an i out of range
+// panics (a caller bug, not bad input: Decode has bounded every record). The
+// returned Entry.Key aliases the index and has no spare capacity, so an
+// append to it cannot overwrite the next record.
+func (ix *Index) At(i int) Entry {
+	r := ix.record(i)
+	le := binary.LittleEndian
+	return Entry{
+		Key:    r[recordMeta:len(r):len(r)],
+		Kind:   r[0],
+		Offset: int64(le.Uint64(r[1:])),
+		Length: le.Uint32(r[9:]),
+	}
+}
+
+// Verify performs the checks Decode leaves to the checksum, because they cost
+// a comparison or a hash per key: keys strictly increasing and every key
+// present in the bloom filter. A file whose checksum matches the manifest's
+// passes them by construction; Verify exists for consistency checks (fsck)
+// and tests. It returns a *corruption.Error.
+func (ix *Index) Verify(path string) error {
+	recStart := int64(len(ix.data) - len(ix.recs) - trailerSize)
+	var prev []byte
+	for i := 0; i < ix.n; i++ {
+		k := ix.key(i)
+		if i > 0 && bytes.Compare(prev, k) >= 0 {
+			return corruption.New(path, recStart+int64(ix.recOff(i)), "key %d is not after key %d", i, i-1)
+		}
+		if !ix.filter.Test(k) {
+			return corruption.New(path, headerSize, "bloom filter does not hold key %d", i)
+		}
+		prev = k
+	}
+	return nil
+}
+
+func (ix *Index) recOff(i int) uint32 {
+	return binary.LittleEndian.Uint32(ix.offs[4*i:])
+}
+
+func (ix *Index) record(i int) []byte {
+	return ix.recs[ix.recOff(i):ix.recOff(i+1)]
+}
+
+func (ix *Index) key(i int) []byte {
+	return ix.record(i)[recordMeta:]
+}
+
+// wordsFor returns the number of 64-bit words holding m bits.
+func wordsFor(m uint64) uint64 { return m/64 + min(m%64, 1) }
+
+// truncKey shortens a key for an error message.
+func truncKey(k []byte) []byte {
+	if len(k) > 64 {
+		return k[:64]
+	}
+	return k
+}
