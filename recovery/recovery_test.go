@@ -1,0 +1,220 @@
+package recovery
+
+import (
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/vfs"
+	"github.com/segkv/segkv/wal"
+)
+
+const dir = "/db"
+
+// writeData writes a data file whose frames each hold the given records
+// ("key=value"; "key" alone is a delete), optionally starting with a link.
+func writeData(t *testing.T, mem *vfs.Mem, id uint64, kind uint8, link *[2]int64, frames ...[]string) int64 {
+	t.Helper()
+	b := segment.Header()
+	for i, recs := range frames {
+		var payload []byte
+		if i == 0 && link != nil {
+			payload = segment.AppendLink(payload, uint64(link[0]), link[1])
+		}
+		for _, r := range recs {
+			k, v, put := cut(r)
+			if put {
+				payload = segment.AppendRecord(payload, segment.KindPut, []byte(k), []byte(v))
+			} else {
+				payload = segment.AppendRecord(payload, segment.KindDelete, []byte(k), nil)
+			}
+		}
+		b = wal.AppendFrame(b, payload, uint64(len(b)))
+	}
+	require.NoError(t, mem.WriteFile(filepath.Join(dir, segment.DataName(id, kind)), b))
+	return int64(len(b))
+}
+
+func cut(r string) (string, string, bool) {
+	for i := range r {
+		if r[i] == '=' {
+			return r[:i], r[i+1:], true
+		}
+	}
+	return r, "", false
+}
+
+// sealedMeta builds the manifest entry of a sealed data file, writing its index.
+func sealedMeta(t *testing.T, mem *vfs.Mem, id uint64, kind uint8, order uint64) manifestlog.SegmentMeta {
+	t.Helper()
+	p := filepath.Join(dir, segment.DataName(id, kind))
+	size, err := mem.Stat(p)
+	require.NoError(t, err)
+	b, err := BuildIndex(mem, p, size)
+	require.NoError(t, err)
+	require.NoError(t, index.Write(mem, filepath.Join(dir, segment.IndexName(id)), b.Data))
+	return manifestlog.SegmentMeta{ID: id, FileKind: kind, Order: order, DataLength: size, DataDigest: b.Digest,
+		IndexChecksum: b.Checksum, Records: b.Records, Keys: b.Keys}
+}
+
+func newMem(t *testing.T) *vfs.Mem {
+	mem := vfs.NewMem()
+	require.NoError(t, mem.MkdirAll(dir))
+	return mem
+}
+
+func liveKeys(t *testing.T, mem *vfs.Mem, state manifestlog.State) (*Result, *Report, map[uint64][]string) {
+	t.Helper()
+	got := map[uint64][]string{}
+	res, rep, err := Run(mem, dir, state, Options{OnLiveRecord: func(id uint64, r segment.Record, off int64, n int) error {
+		got[id] = append(got[id], string(r.Key))
+		return nil
+	}})
+	require.NoError(t, err)
+	return res, rep, got
+}
+
+func TestRemovesOnlyWhatTheManifestDoesNotName(t *testing.T) {
+	mem := newMem(t)
+	writeData(t, mem, 1, segment.KindLog, nil, []string{"a=1"})
+	writeData(t, mem, 2, segment.KindLog, nil, []string{"b=2"})                                // the live file
+	writeData(t, mem, 3, segment.KindSeg, nil, []string{"c=3"})                                // uncommitted merge output
+	writeData(t, mem, 4, segment.KindLog, nil)                                                 // an unused spare
+	require.NoError(t, mem.WriteFile(filepath.Join(dir, "0000000000000009.idx"), []byte("x"))) // stray index
+	require.NoError(t, mem.WriteFile(filepath.Join(dir, "NOTES.txt"), []byte("mine")))
+	state := manifestlog.State{Segments: map[uint64]manifestlog.SegmentMeta{1: sealedMeta(t, mem, 1, segment.KindLog, 1)}, LiveID: 2, NextID: 5}
+	res, rep, keys := liveKeys(t, mem, state)
+	require.Len(t, res.Segments, 1)
+	require.Len(t, res.Live, 1)
+	require.Equal(t, uint64(2), res.Live[0].ID)
+	require.Equal(t, []string{"b"}, keys[2])
+	require.ElementsMatch(t, []string{
+		filepath.Join(dir, "0000000000000003.seg"),
+		filepath.Join(dir, "0000000000000004.log"),
+		filepath.Join(dir, "0000000000000009.idx"),
+	}, rep.RemovedFiles)
+	names, err := mem.List(dir)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"0000000000000001.log", "0000000000000001.idx", "0000000000000002.log", "NOTES.txt"}, names)
+	require.Equal(t, uint64(9), res.MaxFileID, "ids seen on disk seed the counter")
+}
+
+func TestMissingOrShortSegmentIsAnError(t *testing.T) {
+	mem := newMem(t)
+	writeData(t, mem, 1, segment.KindLog, nil, []string{"a=1", "b=2"})
+	writeData(t, mem, 2, segment.KindLog, nil)
+	meta := sealedMeta(t, mem, 1, segment.KindLog, 1)
+	state := manifestlog.State{Segments: map[uint64]manifestlog.SegmentMeta{1: meta}, LiveID: 2}
+
+	short := meta
+	short.DataLength += 10
+	_, _, err := Run(mem, dir, manifestlog.State{Segments: map[uint64]manifestlog.SegmentMeta{1: short}, LiveID: 2}, Options{})
+	var ce *corruption.Error
+	require.ErrorAs(t, err, &ce)
+	require.Contains(t, ce.Path, "0000000000000001.log")
+
+	require.NoError(t, mem.Remove(filepath.Join(dir, "0000000000000001.log")))
+	_, _, err = Run(mem, dir, state, Options{})
+	require.ErrorAs(t, err, &ce)
+	require.Contains(t, ce.Reason, "missing")
+}
+
+func TestLiveChain(t *testing.T) {
+	t.Run("continuation adopted", func(t *testing.T) {
+		mem := newMem(t)
+		end := writeData(t, mem, 1, segment.KindLog, nil, []string{"a=1"}, []string{"b=2"})
+		writeData(t, mem, 3, segment.KindLog, &[2]int64{1, end}, []string{"c=3"})
+		res, rep, keys := liveKeys(t, mem, manifestlog.State{LiveID: 1})
+		require.Len(t, res.Live, 2)
+		require.Equal(t, []string{"a", "b"}, keys[1])
+		require.Equal(t, []string{"c"}, keys[3])
+		require.Empty(t, rep.DroppedChain)
+	})
+	t.Run("predecessor torn: continuation dropped", func(t *testing.T) {
+		mem := newMem(t)
+		end := writeData(t, mem, 1, segment.KindLog, nil, []string{"a=1"}, []string{"b=2"})
+		// The predecessor lost its last frame: as after a crash before its sync.
+		p := filepath.Join(dir, "0000000000000001.log")
+		b, err := mem.ReadFile(p)
+		require.NoError(t, err)
+		require.NoError(t, mem.WriteFile(p, b[:end-3]))
+		writeData(t, mem, 3, segment.KindLog, &[2]int64{1, end}, []string{"c=3"})
+		res, rep, keys := liveKeys(t, mem, manifestlog.State{LiveID: 1})
+		require.Len(t, res.Live, 1)
+		require.Equal(t, []string{"a"}, keys[1])
+		require.Empty(t, keys[3], "records of a dropped continuation never reach the caller")
+		require.Len(t, rep.DroppedChain, 1)
+		require.Len(t, rep.TornTails, 1)
+		// The torn tail was cut off durably.
+		size, err := mem.Stat(p)
+		require.NoError(t, err)
+		require.Equal(t, res.Live[0].End, size)
+	})
+	t.Run("spare is not part of the chain", func(t *testing.T) {
+		mem := newMem(t)
+		writeData(t, mem, 1, segment.KindLog, nil, []string{"a=1"})
+		writeData(t, mem, 2, segment.KindLog, nil)
+		res, rep, _ := liveKeys(t, mem, manifestlog.State{LiveID: 1})
+		require.Len(t, res.Live, 1)
+		require.Len(t, rep.RemovedFiles, 1)
+	})
+}
+
+func TestIndexRebuiltFromData(t *testing.T) {
+	mem := newMem(t)
+	writeData(t, mem, 1, segment.KindLog, nil, []string{"a=1", "b=2"}, []string{"a=3", "c"})
+	writeData(t, mem, 2, segment.KindLog, nil)
+	meta := sealedMeta(t, mem, 1, segment.KindLog, 1)
+	state := manifestlog.State{Segments: map[uint64]manifestlog.SegmentMeta{1: meta}, LiveID: 2}
+	ixPath := filepath.Join(dir, segment.IndexName(1))
+	for name, damage := range map[string]func(){
+		"missing": func() { require.NoError(t, mem.Remove(ixPath)) },
+		"flipped": func() {
+			b, err := mem.ReadFile(ixPath)
+			require.NoError(t, err)
+			b[len(b)-1] ^= 1
+			require.NoError(t, mem.WriteFile(ixPath, b))
+		},
+		"empty": func() { require.NoError(t, mem.WriteFile(ixPath, nil)) },
+	} {
+		t.Run(name, func(t *testing.T) {
+			damage()
+			res, rep, err := Run(mem, dir, state, Options{})
+			require.NoError(t, err)
+			require.Len(t, rep.RebuiltIndexes, 1)
+			ix := res.Segments[0].Index
+			e, ok := ix.Get([]byte("a"))
+			require.True(t, ok)
+			require.Equal(t, index.KindPut, e.Kind)
+			e, ok = ix.Get([]byte("c"))
+			require.True(t, ok)
+			require.Equal(t, index.KindDelete, e.Kind)
+			// Written back: the next run finds it intact.
+			_, rep, err = Run(mem, dir, state, Options{})
+			require.NoError(t, err)
+			require.Empty(t, rep.RebuiltIndexes)
+		})
+	}
+	t.Run("damaged data is corruption, not a rebuild", func(t *testing.T) {
+		require.NoError(t, mem.Remove(ixPath))
+		p := filepath.Join(dir, segment.DataName(1, segment.KindLog))
+		b, err := mem.ReadFile(p)
+		require.NoError(t, err)
+		b[segment.HeaderSize+wal.HeaderSize+2] ^= 0x20
+		require.NoError(t, mem.WriteFile(p, b))
+		_, _, err = Run(mem, dir, state, Options{})
+		require.ErrorIs(t, err, corruption.ErrCorrupt)
+	})
+}
+
+func TestReportRepaired(t *testing.T) {
+	var r Report
+	require.False(t, r.Repaired())
+	r.RemovedFiles = []string{"x"}
+	require.True(t, r.Repaired())
+}
