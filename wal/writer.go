@@ -250,42 +250,37 @@ func (w *Writer) lead(self *waiter) {
 	clear(reqs)
 	w.reqs = reqs[:0]
 
+	// Wake everyone while still holding mu and leadership: the sends never
+	// block (each waiter's channel has room for its one token), and the
+	// scratch slices must not be touched once a new leader may exist.
 	w.mu.Lock()
-	var failed []*waiter
 	if err != nil {
 		// Fail-stop: this group and everyone queued behind it get the
 		// error, and so does every later call.
 		w.err = err
-		failed = w.queue
-		w.queue = nil
+		for _, wt := range w.queue {
+			wt.err = err
+			wt.wake <- struct{}{}
+		}
+		clear(w.queue)
+		w.queue = w.queue[:0]
 	}
 	for _, wt := range group {
 		wt.err = err
+		if wt != self { // the leader's caller reads self.err itself
+			wt.wake <- struct{}{}
+		}
 	}
-	var next *waiter
+	clear(group)
+	w.group = group[:0]
 	if len(w.queue) > 0 {
-		next = w.queue[0]
+		next := w.queue[0]
 		next.lead = true // w.leading stays true: handed over
+		next.wake <- struct{}{}
 	} else {
 		w.leading = false
 	}
 	w.mu.Unlock()
-
-	for _, wt := range failed {
-		wt.err = err
-		wt.wake <- struct{}{}
-	}
-	for _, wt := range group {
-		if wt == self {
-			continue // the leader's caller reads self.err itself
-		}
-		wt.wake <- struct{}{}
-	}
-	clear(group)
-	w.group = group[:0]
-	if next != nil {
-		next.wake <- struct{}{}
-	}
 }
 
 // writeFrame encodes the group's payloads as one frame at off, watermarked
