@@ -25,10 +25,12 @@
 //	40            8         R: length of the record area in bytes, u64 (< 2^32)
 //	48            8         m: bloom filter size in bits, u64 (>= 1)
 //	56            4         k: bloom filter hash count, u32 (1..64)
-//	60            4         reserved, u32, must be 0
+//	60            4         P: length of the prefix common to all keys, u32
 //	64            8*W       bloom words, W = ceil(m/64) u64 words
-//	64+8W         4*(n+1)   record offsets, u32, relative to the record area
-//	64+8W+4(n+1)  R         record area: n records, back to back
+//	S=64+8W       8*n       search words: word i = key i's bytes [P, P+8),
+//	                        zero-padded, as a big-endian u64
+//	S+8n          4*(n+1)   record offsets, u32, relative to the record area
+//	S+8n+4(n+1)   R         record area: n records, back to back
 //	end-8         8         checksum: xxhash64 of every byte before it
 //
 // Record i occupies [off[i], off[i+1]) of the record area:
@@ -38,20 +40,28 @@
 //	9   4   length of the record in the data file, u32
 //	13  ... key bytes; key length = off[i+1] - off[i] - 13 (0 allowed)
 //
-// Invariants a valid file satisfies (Decode checks all but the last two in
-// one pass with no per-key allocation; the checksum guards the rest, see
-// Verify): the file length is exactly 64 + 8W + 4(n+1) + R + 8; off[0] = 0,
-// off[n] = R, and off[i+1] - off[i] >= 13; kind is 1 or 2; offset + length <=
-// data length; keys are strictly increasing under bytes.Compare; the bloom
-// filter holds every key.
+// P is the length of the longest common prefix of the first and last key
+// (hence of all keys), 0 for an empty index. Because every key starts with
+// the same P bytes, search words are ordered like the keys they come from
+// (equal words mean "look at the whole key").
+//
+// Invariants a valid file satisfies. Decode checks, in one pass with no
+// per-key allocation: the file length is exactly 64 + 8W + 8n + 4(n+1) + R +
+// 8; off[0] = 0, off[n] = R, off[i+1] - off[i] >= 13; kind is 1 or 2; offset +
+// length <= data length; P <= length of key 0 (P = 0 when n = 0). The
+// checksum guards the rest, which Verify checks at a hash per key: keys are
+// strictly increasing under bytes.Compare, P and the search words are as
+// defined above, and the bloom filter is exactly the one Encode builds.
 //
 // Why this layout: Decode is a checksum pass and a bounds pass over one
-// []byte; lookups read keys straight out of it through the fixed-width offset
-// array (binary search), so loading a 1M-key index builds no per-key Go
-// objects. The bloom words come first, right after the 64-byte header, so they
-// are 8-byte aligned in the file. Key lengths are implied by the offsets, so
-// any key length is representable as long as the record area stays below
-// 4 GiB (Encode refuses larger).
+// []byte; lookups read straight out of it, so loading a 1M-key index builds
+// no per-key Go objects. A binary search runs over the dense search-word
+// array (one cache line holds 8 words) and touches a record only when words
+// tie and at the end, instead of chasing an offset and then a key at every
+// step: on 1M 32-byte keys that is the difference between ~5 and ~1 cache
+// misses per level. The bloom and search words start 8-byte aligned. Key
+// lengths are implied by the offsets, so any key length is representable as
+// long as the record area stays below 4 GiB (Encode refuses larger).
 //
 // Encoding is deterministic: the same entries and identity give the same
 // bytes, hence the same checksum. The store relies on this: it compares the
@@ -111,16 +121,16 @@ const (
 
 // Header field offsets, named so that errors can point at the field.
 const (
-	offMagic    = 0
-	offVersion  = 8
-	offFlags    = 12
-	offCount    = 16
-	offDataLen  = 24
-	offDigest   = 32
-	offRecLen   = 40
-	offBloomM   = 48
-	offBloomK   = 56
-	offReserved = 60
+	offMagic   = 0
+	offVersion = 8
+	offFlags   = 12
+	offCount   = 16
+	offDataLen = 24
+	offDigest  = 32
+	offRecLen  = 40
+	offBloomM  = 48
+	offBloomK  = 56
+	offPrefix  = 60
 )
 
 // ErrInvalidEntries is matched (errors.Is) by every error Encode returns for
@@ -150,6 +160,8 @@ type Identity struct {
 type Index struct {
 	data     []byte // the whole file
 	n        int
+	prefix   []byte // the P bytes every key starts with
+	words    []byte // n big-endian u64 search words
 	offs     []byte // (n+1) u32 record offsets
 	recs     []byte // record area
 	filter   *bloom.BloomFilter
@@ -199,7 +211,12 @@ func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err err
 		return nil, 0, fmt.Errorf("index: bloom filter with m=%d k=%d and %d words is not encodable", m, k, len(words))
 	}
 
-	offsStart := headerSize + 8*w
+	prefixLen := 0
+	if n > 0 {
+		prefixLen = commonPrefix(entries[0].Key, entries[n-1].Key)
+	}
+	wordsStart := headerSize + 8*w
+	offsStart := wordsStart + 8*uint64(n)
 	recStart := offsStart + 4*uint64(n+1)
 	total := recStart + recLen + trailerSize
 	if total > math.MaxInt {
@@ -217,7 +234,7 @@ func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err err
 	le.PutUint64(buf[offRecLen:], recLen)
 	le.PutUint64(buf[offBloomM:], m)
 	le.PutUint32(buf[offBloomK:], uint32(k))
-	le.PutUint32(buf[offReserved:], 0)
+	le.PutUint32(buf[offPrefix:], uint32(prefixLen))
 	for i := uint64(0); i < w; i++ {
 		le.PutUint64(buf[headerSize+8*i:], words[i])
 	}
@@ -226,6 +243,7 @@ func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err err
 	recs := buf[recStart : recStart+recLen]
 	pos := uint32(0)
 	for i, e := range entries {
+		binary.BigEndian.PutUint64(buf[wordsStart+8*uint64(i):], searchWord(e.Key[prefixLen:]))
 		le.PutUint32(offs[4*i:], pos)
 		r := recs[pos:]
 		r[0] = e.Kind
@@ -290,9 +308,6 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 	if f := le.Uint32(data[offFlags:]); f != 0 {
 		return nil, corruption.New(path, offFlags, "unknown index flags %#x", f)
 	}
-	if r := le.Uint32(data[offReserved:]); r != 0 {
-		return nil, corruption.New(path, offReserved, "reserved header field is %#x, not zero", r)
-	}
 
 	// Sizes. Each is bounded by the file size before any multiplication, so
 	// nothing below can overflow.
@@ -313,7 +328,8 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 		return nil, corruption.New(path, offRecLen, "record area length %d does not fit a %d-byte index", recLen, size)
 	}
 	w := wordsFor(m)
-	offsStart := headerSize + 8*w
+	wordsStart := headerSize + 8*w
+	offsStart := wordsStart + 8*n
 	recStart := offsStart + 4*(n+1)
 	want := recStart + recLen + trailerSize
 	if want != size {
@@ -350,6 +366,21 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 	if prev != recLen {
 		return nil, corruption.New(path, int64(offsStart+4*n), "last record ends at %d, the record area is %d bytes", prev, recLen)
 	}
+	// Search slices the common prefix out of key 0 and nothing else, so
+	// bounding P by that key is all memory safety needs.
+	prefixLen := uint64(le.Uint32(data[offPrefix:]))
+	var prefix []byte
+	if n == 0 {
+		if prefixLen != 0 {
+			return nil, corruption.New(path, offPrefix, "empty index with a common key prefix of %d bytes", prefixLen)
+		}
+	} else {
+		key0 := recs[recordMeta:le.Uint32(offs[4:])]
+		if prefixLen > uint64(len(key0)) {
+			return nil, corruption.New(path, offPrefix, "common key prefix of %d bytes is longer than the first key (%d)", prefixLen, len(key0))
+		}
+		prefix = key0[:prefixLen:prefixLen]
+	}
 
 	// Copied rather than aliased: a []byte cannot be viewed as []uint64
 	// portably (alignment, endianness), and the copy is small (m/8 bytes).
@@ -360,6 +391,8 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 	return &Index{
 		data:     data,
 		n:        int(n),
+		prefix:   prefix,
+		words:    data[wordsStart:offsStart],
 		offs:     offs,
 		recs:     recs,
 		filter:   bloom.FromWithM(words, uint(m), uint(k)),
@@ -456,10 +489,34 @@ func (ix *Index) Get(key []byte) (Entry, bool) {
 // Search returns the first position i in [0, Len()] whose key is >= key
 // (Len() if none): the starting point of an iterator or range scan.
 func (ix *Index) Search(key []byte) int {
+	if ix.n == 0 {
+		return 0
+	}
+	// Every key starts with ix.prefix: a probe that does not is before or
+	// after all of them.
+	p := ix.prefix
+	if len(key) < len(p) {
+		// A proper prefix of p (or equal to one) sorts before every key.
+		if bytes.Compare(key, p[:len(key)]) <= 0 {
+			return 0
+		}
+		return ix.n
+	}
+	if c := bytes.Compare(key[:len(p)], p); c != 0 {
+		if c < 0 {
+			return 0
+		}
+		return ix.n
+	}
+	// Lower bound under (search word, then whole key): the word order is a
+	// coarsening of the key order, so the result is the key-order lower
+	// bound, and records are read only on ties.
+	w := searchWord(key[len(p):])
 	lo, hi := 0, ix.n
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		if bytes.Compare(ix.key(mid), key) < 0 {
+		mw := binary.BigEndian.Uint64(ix.words[8*mid:])
+		if mw < w || (mw == w && bytes.Compare(ix.key(mid), key) < 0) {
 			lo = mid + 1
 		} else {
 			hi = mid
@@ -484,22 +541,44 @@ func (ix *Index) At(i int) Entry {
 }
 
 // Verify performs the checks Decode leaves to the checksum, because they cost
-// a comparison or a hash per key: keys strictly increasing and every key
-// present in the bloom filter. A file whose checksum matches the manifest's
-// passes them by construction; Verify exists for consistency checks (fsck)
-// and tests. It returns a *corruption.Error.
+// a comparison and a hash per key: keys strictly increasing, and the bloom
+// filter exactly the one Encode builds from them. Together with what Decode
+// checks, a file that passes Verify is byte for byte what Encode produces for
+// its entries and identity. A file whose checksum matches the manifest's
+// passes by construction; Verify exists for consistency checks (fsck) and
+// tests. It returns a *corruption.Error naming path.
 func (ix *Index) Verify(path string) error {
 	recStart := int64(len(ix.data) - len(ix.recs) - trailerSize)
+	want := bloom.NewWithEstimates(uint(max(ix.n, 1)), falsePositiveRate)
 	var prev []byte
 	for i := 0; i < ix.n; i++ {
 		k := ix.key(i)
 		if i > 0 && bytes.Compare(prev, k) >= 0 {
 			return corruption.New(path, recStart+int64(ix.recOff(i)), "key %d is not after key %d", i, i-1)
 		}
-		if !ix.filter.Test(k) {
-			return corruption.New(path, headerSize, "bloom filter does not hold key %d", i)
-		}
+		want.Add(k)
 		prev = k
+	}
+	if ix.n > 0 {
+		if p := commonPrefix(ix.key(0), ix.key(ix.n-1)); p != len(ix.prefix) {
+			return corruption.New(path, offPrefix, "common key prefix is %d bytes, the header says %d", p, len(ix.prefix))
+		}
+	}
+	wordsStart := int64(len(ix.data) - len(ix.recs) - len(ix.offs) - len(ix.words) - trailerSize)
+	for i := 0; i < ix.n; i++ {
+		if binary.BigEndian.Uint64(ix.words[8*i:]) != searchWord(ix.key(i)[len(ix.prefix):]) {
+			return corruption.New(path, wordsStart+8*int64(i), "search word %d does not match its key", i)
+		}
+	}
+	if want.Cap() != ix.filter.Cap() || want.K() != ix.filter.K() {
+		return corruption.New(path, offBloomM, "bloom filter has m=%d k=%d, %d keys give m=%d k=%d",
+			ix.filter.Cap(), ix.filter.K(), ix.n, want.Cap(), want.K())
+	}
+	got, exp := ix.filter.BitSet().Words(), want.BitSet().Words()
+	for i := range got {
+		if i >= len(exp) || got[i] != exp[i] {
+			return corruption.New(path, int64(headerSize+8*i), "bloom filter word %d differs from the one its keys build", i)
+		}
 	}
 	return nil
 }
@@ -514,6 +593,29 @@ func (ix *Index) record(i int) []byte {
 
 func (ix *Index) key(i int) []byte {
 	return ix.record(i)[recordMeta:]
+}
+
+// searchWord returns the first 8 bytes of k, zero-padded, as a big-endian
+// integer: comparing words compares those bytes (shorter first on ties
+// with zeros, which Search resolves with the whole key).
+func searchWord(k []byte) uint64 {
+	if len(k) >= 8 {
+		return binary.BigEndian.Uint64(k)
+	}
+	var b [8]byte
+	copy(b[:], k)
+	return binary.BigEndian.Uint64(b[:])
+}
+
+// commonPrefix returns the length of the longest common prefix of a and b.
+func commonPrefix(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := range n {
+		if a[i] != b[i] {
+			return i
+		}
+	}
+	return n
 }
 
 // wordsFor returns the number of 64-bit words holding m bits.

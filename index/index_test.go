@@ -201,8 +201,11 @@ func TestGoldenHeader(t *testing.T) {
 	m := le.Uint64(data[48:])
 	require.Equal(t, uint64(10), m, "NewWithEstimates(1, 0.01)")
 	require.Equal(t, uint32(7), le.Uint32(data[56:]))
+	require.Equal(t, uint32(1), le.Uint32(data[60:]), "a single key is its own common prefix")
 	w := int((m + 63) / 64)
-	offs := 64 + 8*w
+	words := 64 + 8*w
+	require.Equal(t, make([]byte, 8), data[words:words+8], "the key after its prefix is empty")
+	offs := words + 8
 	require.Equal(t, uint32(0), le.Uint32(data[offs:]))
 	require.Equal(t, uint32(14), le.Uint32(data[offs+4:]))
 	rec := data[offs+8:]
@@ -342,7 +345,7 @@ func TestDecodeRejectsUnknownVersionAndFlags(t *testing.T) {
 	for _, field := range []struct {
 		off  int
 		want string
-	}{{8, "version"}, {12, "flags"}, {60, "reserved"}} {
+	}{{8, "version"}, {12, "flags"}} {
 		bad := bytes.Clone(data)
 		binary.LittleEndian.PutUint32(bad[field.off:], 2)
 		sum := reseal(bad)
@@ -350,6 +353,47 @@ func TestDecodeRejectsUnknownVersionAndFlags(t *testing.T) {
 		ce := requireCorrupt(t, err)
 		require.Equal(t, int64(field.off), ce.Offset)
 		require.Contains(t, ce.Reason, field.want)
+	}
+}
+
+func TestDecodeRejectsBadPrefixLength(t *testing.T) {
+	data, _ := mustEncode(t, smallEntries(), testID) // key 0 is empty
+	binary.LittleEndian.PutUint32(data[60:], 1)
+	sum := reseal(data)
+	_, err := Decode("p.idx", data, sum, testID)
+	ce := requireCorrupt(t, err)
+	require.Equal(t, int64(60), ce.Offset)
+
+	empty, _ := mustEncode(t, nil, testID)
+	binary.LittleEndian.PutUint32(empty[60:], 3)
+	sum = reseal(empty)
+	_, err = Decode("p.idx", empty, sum, testID)
+	requireCorrupt(t, err)
+}
+
+// TestSearchPrefixEdges covers probes shorter than, diverging inside, or
+// equal to the common prefix, and keys that tie on their search word.
+func TestSearchPrefixEdges(t *testing.T) {
+	keys := []string{
+		"pre:", "pre:\x00", "pre:\x00\x00", "pre:abcdefgh", "pre:abcdefgh\x00", "pre:abcdefghA",
+		"pre:abcdefghB", "pre:abcdefgi", "pre:zz",
+	}
+	entries := make([]Entry, len(keys))
+	for i, k := range keys {
+		entries[i] = Entry{Key: []byte(k), Kind: KindPut, Offset: int64(i), Length: 1}
+	}
+	data, sum := mustEncode(t, entries, testID)
+	ix, err := Decode("e.idx", data, sum, testID)
+	require.NoError(t, err)
+	require.Equal(t, 4, len(ix.prefix))
+	checkIndex(t, ix, entries)
+	require.NoError(t, ix.Verify("e.idx"))
+	for _, p := range []string{"", "p", "pre", "pra", "prf", "pre;", "pre:\x00\x00\x00", "pre:abcdefg",
+		"pre:abcdefgh\x00\x00", "pre:abcdefghAB", "pre:abcdefgi\x00", "pre:zzz", "\xff"} {
+		want, found := slices.BinarySearchFunc(entries, []byte(p), func(e Entry, k []byte) int { return bytes.Compare(e.Key, k) })
+		require.Equal(t, want, ix.Search([]byte(p)), "Search(%q)", p)
+		_, ok := ix.Get([]byte(p))
+		require.Equal(t, found, ok, "Get(%q)", p)
 	}
 }
 
@@ -376,6 +420,16 @@ func TestVerifyCatchesWhatOnlyTheChecksumGuards(t *testing.T) {
 	ix, err = Decode("b.idx", data, sum, testID)
 	require.NoError(t, err)
 	requireCorrupt(t, ix.Verify("b.idx"))
+
+	// A wrong search word.
+	data, _ = mustEncode(t, entries, testID)
+	w := bytes.Index(data, []byte("b\x00\x00\x00\x00\x00\x00\x00"))
+	data[w] = 'c'
+	sum = reseal(data)
+	ix, err = Decode("w.idx", data, sum, testID)
+	require.NoError(t, err)
+	requireCorrupt(t, ix.Verify("w.idx"))
+	exercise(t, ix)
 }
 
 func TestGetDoesNotAllocate(t *testing.T) {
