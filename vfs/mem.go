@@ -187,9 +187,23 @@ func (m *Mem) callHook(ev SyncEvent) {
 func (m *Mem) lookup(op, name, p string) (*memDir, string, error) {
 	d, ok := m.dirs[path.Dir(p)]
 	if !ok {
-		return nil, "", pathErr(op, name, fs.ErrNotExist)
+		return nil, "", pathErr(op, name, m.missingDir(path.Dir(p)))
 	}
 	return d, path.Base(p), nil
+}
+
+// missingDir says why the directory dir does not exist: a file where a
+// directory should be is ENOTDIR, as on POSIX; otherwise ENOENT.
+func (m *Mem) missingDir(dir string) error {
+	for q := dir; q != "/"; q = path.Dir(q) {
+		if d, ok := m.dirs[path.Dir(q)]; ok {
+			if d.entries[path.Base(q)] != nil {
+				return syscall.ENOTDIR
+			}
+			break
+		}
+	}
+	return fs.ErrNotExist
 }
 
 func (m *Mem) Create(name string) (File, error) {
@@ -282,9 +296,15 @@ func (m *Mem) Rename(oldname, newname string) error {
 		lerr.Err = errors.New("renaming a directory is not supported by Mem")
 		return lerr
 	}
+	// Both parents are resolved before either entry, as the kernel does.
 	od, obase, err := m.lookup("rename", oldname, op)
 	if err != nil {
-		lerr.Err = fs.ErrNotExist
+		lerr.Err = errors.Unwrap(err)
+		return lerr
+	}
+	nd, nbase, err := m.lookup("rename", newname, np)
+	if err != nil {
+		lerr.Err = errors.Unwrap(err)
 		return lerr
 	}
 	ino := od.entries[obase]
@@ -294,11 +314,6 @@ func (m *Mem) Rename(oldname, newname string) error {
 	}
 	if _, isDir := m.dirs[np]; isDir {
 		lerr.Err = syscall.EISDIR
-		return lerr
-	}
-	nd, nbase, err := m.lookup("rename", newname, np)
-	if err != nil {
-		lerr.Err = fs.ErrNotExist
 		return lerr
 	}
 	if op == np {
@@ -316,9 +331,13 @@ func (m *Mem) List(dir string) ([]string, error) {
 	defer m.mu.RUnlock()
 	d, ok := m.dirs[p]
 	if !ok {
-		return nil, pathErr("open", dir, fs.ErrNotExist)
+		if _, base, err := m.lookup("open", dir, p); err == nil && m.dirs[path.Dir(p)].entries[base] != nil {
+			return nil, pathErr("open", dir, syscall.ENOTDIR)
+		}
+		return nil, pathErr("open", dir, m.missingDir(p))
 	}
-	names := slices.Collect(maps.Keys(d.entries))
+	names := make([]string, 0, len(d.entries))
+	names = slices.AppendSeq(names, maps.Keys(d.entries))
 	for q := range m.dirs {
 		if q != p && path.Dir(q) == p {
 			names = append(names, path.Base(q))
@@ -493,8 +512,12 @@ func (m *Mem) FileNames() []string {
 // CrashClone returns a new, independent Mem holding what a power loss at
 // this instant would leave (see CrashMode), without changing m. The result
 // depends only on m's state, mode and the values drawn from rng. The clone
-// has no hook, no locks and no open handles.
+// has no hook, no locks and no open handles. A nil rng stands for a fixed
+// seed. An unknown mode behaves as CrashDropUnsynced.
 func (m *Mem) CrashClone(mode CrashMode, rng *rand.Rand) *Mem {
+	if rng == nil {
+		rng = rand.New(rand.NewPCG(0, 0))
+	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	out := NewMem()
@@ -612,17 +635,18 @@ func (f *memFile) Name() string { return f.name }
 func (f *memFile) ReadAt(b []byte, off int64) (int, error) {
 	f.m.mu.RLock()
 	defer f.m.mu.RUnlock()
-	if err := f.check("read"); err != nil {
-		return 0, err
-	}
+	// Checked in the order os.File.ReadAt checks them.
 	if off < 0 {
 		return 0, pathErr("read", f.name, syscall.EINVAL)
 	}
+	if len(b) == 0 {
+		return 0, nil
+	}
+	if err := f.check("read"); err != nil {
+		return 0, err
+	}
 	size := f.ino.cur.size
 	if off >= size {
-		if len(b) == 0 {
-			return 0, nil
-		}
 		return 0, io.EOF
 	}
 	n := int(min(int64(len(b)), size-off))
@@ -636,14 +660,15 @@ func (f *memFile) ReadAt(b []byte, off int64) (int, error) {
 func (f *memFile) WriteAt(b []byte, off int64) (int, error) {
 	f.m.mu.Lock()
 	defer f.m.mu.Unlock()
-	if err := f.checkWrite("write"); err != nil {
-		return 0, err
-	}
+	// Checked in the order os.File.WriteAt checks them.
 	if off < 0 {
 		return 0, pathErr("write", f.name, syscall.EINVAL)
 	}
 	if len(b) == 0 {
 		return 0, nil
+	}
+	if err := f.checkWrite("write"); err != nil {
+		return 0, err
 	}
 	f.ino.do(memOp{kind: opWrite, off: off, data: slices.Clone(b)})
 	return len(b), nil

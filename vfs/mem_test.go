@@ -630,3 +630,10 @@ func TestCrashModeString(t *testing.T) {
 	}
 	require.True(t, errors.Is(fmt.Errorf("x: %w", ErrCrashed), ErrCrashed))
 }
+
+func TestCrashCloneBadInput(t *testing.T) {
+	m := tornSetup(t)
+	a := snapshotOf(t, m.CrashClone(CrashTearLast, nil))
+	require.Equal(t, a, snapshotOf(t, m.CrashClone(CrashTearLast, nil)), "nil rng is a fixed seed")
+	require.Equal(t, map[string]string{"/db/a": "AAAA"}, snapshotOf(t, m.CrashClone(CrashMode(99), nil)))
+}

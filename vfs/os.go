@@ -145,7 +145,8 @@ func control(f *os.File, fn func(fd int) error) error {
 	}
 	var ferr error
 	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
-		return err
+		// Control fails only on a closed file; report it the way os does.
+		return os.ErrClosed
 	}
 	return ferr
 }
