@@ -1,0 +1,119 @@
+package segstore
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/segkv/segkv/vfs"
+)
+
+// Benchmarks run on the real file system (b.TempDir) because their point is
+// the cost of the barrier. Figures and the machine are in docs/BENCH.md.
+
+func benchKey(i uint64) []byte {
+	k := make([]byte, 32)
+	copy(k, "key-")
+	binary.BigEndian.PutUint64(k[24:], i)
+	return k
+}
+
+var benchValue = make([]byte, 100)
+
+func benchmarkDurablePut(b *testing.B, writers int) {
+	cfs := vfs.NewCounting(vfs.NewOS())
+	s, err := Open(b.TempDir(), &Options{FS: cfs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	var next atomic.Uint64
+	cfs.Reset()
+	b.ResetTimer()
+	var wg sync.WaitGroup
+	per := b.N / writers
+	for w := 0; w < writers; w++ {
+		n := per
+		if w == 0 {
+			n += b.N % writers
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; i < n; i++ {
+				if err := s.Put(benchKey(next.Add(1)), benchValue); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	b.StopTimer()
+	c := cfs.Counts()
+	b.ReportMetric(float64(c.Syncs)/float64(b.N), "syncs/op")
+}
+
+func BenchmarkDurablePut1(b *testing.B)  { benchmarkDurablePut(b, 1) }
+func BenchmarkDurablePut32(b *testing.B) { benchmarkDurablePut(b, 32) }
+
+// loadedStore returns a store of n keys, sealed into segments, for reads.
+func loadedStore(b *testing.B, n int) *Store {
+	s, err := Open(b.TempDir(), &Options{Sync: SyncManual, SegmentSize: 16 << 20, Merge: MergeOptions{Disable: true}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	batch := s.NewBatch()
+	for i := 0; i < n; i++ {
+		batch.Put(benchKey(uint64(i)), benchValue)
+		if batch.Len() == 1000 {
+			if err := s.Apply(batch); err != nil {
+				b.Fatal(err)
+			}
+			batch = s.NewBatch()
+		}
+	}
+	if err := s.Apply(batch); err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Seal(); err != nil {
+		b.Fatal(err)
+	}
+	return s
+}
+
+const benchKeys = 200_000
+
+func BenchmarkGetHit(b *testing.B) {
+	s := loadedStore(b, benchKeys)
+	defer s.Close()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := uint64(0)
+		for pb.Next() {
+			i = (i + 7919) % benchKeys
+			if _, err := s.Get(benchKey(i)); err != nil {
+				b.Error(err)
+				return
+			}
+		}
+	})
+}
+
+func BenchmarkGetMiss(b *testing.B) {
+	s := loadedStore(b, benchKeys)
+	defer s.Close()
+	b.ResetTimer()
+	b.RunParallel(func(pb *testing.PB) {
+		i := uint64(benchKeys)
+		for pb.Next() {
+			i++
+			if _, err := s.Get(benchKey(i)); err != ErrNotFound {
+				b.Error(fmt.Errorf("miss: %v", err))
+				return
+			}
+		}
+	})
+}
