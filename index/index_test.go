@@ -5,9 +5,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io/fs"
-	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
@@ -547,38 +546,6 @@ func TestRoundTripProperty(t *testing.T) {
 	})
 }
 
-func TestWriteLoad(t *testing.T) {
-	fsys := newTestFS()
-	path := filepath.Join(t.TempDir(), "0000000000000001.idx")
-	entries := smallEntries()
-	data, sum := mustEncode(t, entries, testID)
-
-	_, err := Load(fsys, path, sum, testID)
-	require.ErrorIs(t, err, fs.ErrNotExist)
-	require.NotErrorIs(t, err, corruption.ErrCorrupt)
-
-	require.NoError(t, Write(fsys, path, data))
-	require.Zero(t, fsys.syncs, "the index is a cache: Write never syncs")
-	ix, err := Load(fsys, path, sum, testID)
-	require.NoError(t, err)
-	checkIndex(t, ix, entries)
-
-	// A shorter index overwrites a longer one completely (truncate on create).
-	short, shortSum := mustEncode(t, entries[:1], testID)
-	require.NoError(t, Write(fsys, path, short))
-	ix, err = Load(fsys, path, shortSum, testID)
-	require.NoError(t, err)
-	checkIndex(t, ix, entries[:1])
-
-	// Torn file on disk: corruption, not a panic and not a wrong answer.
-	require.NoError(t, Write(fsys, path, data[:len(data)/2]))
-	_, err = Load(fsys, path, sum, testID)
-	requireCorrupt(t, err)
-
-	// Errors from the file system are wrapped with the path.
-	require.ErrorContains(t, Write(fsys, filepath.Join(path, "nope", "x.idx"), data), "index: create")
-}
-
 func TestCorruptionErrorNamesFileAndOffset(t *testing.T) {
 	data, sum := mustEncode(t, smallEntries(), testID)
 	bad := bytes.Clone(data)
@@ -589,4 +556,26 @@ func TestCorruptionErrorNamesFileAndOffset(t *testing.T) {
 	require.Equal(t, int64(0), ce.Offset)
 	require.True(t, errors.Is(err, corruption.ErrCorrupt))
 	require.Contains(t, err.Error(), "/d/1.idx")
+}
+
+// TestConcurrentReads: an Index is immutable and safe for concurrent use
+// (run under -race).
+func TestConcurrentReads(t *testing.T) {
+	entries := genSequential(2000)
+	data, sum := mustEncode(t, entries, testID)
+	ix, err := Decode("c.idx", data, sum, testID)
+	require.NoError(t, err)
+	var wg sync.WaitGroup
+	for g := range 4 {
+		wg.Go(func() {
+			for i := g; i < len(entries); i += 4 {
+				e, ok := ix.Get(entries[i].Key)
+				if !ok || e.Offset != entries[i].Offset || ix.Search(entries[i].Key) != i || ix.At(i).Length != entries[i].Length {
+					t.Errorf("entry %d wrong under concurrency", i)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
