@@ -4,6 +4,7 @@ import (
 	"runtime"
 	"strings"
 	"sync/atomic"
+	"time"
 
 	"github.com/segkv/segkv/vfs"
 )
@@ -14,33 +15,42 @@ type opCounts struct {
 	DirSyncs int64 // FS.SyncDir (fsync of a directory)
 	Renames  int64
 	Creates  int64
+	// SyncNanos is the time spent inside Sync and SyncDir.
+	SyncNanos int64
 }
 
 func (a opCounts) sub(b opCounts) opCounts {
-	return opCounts{a.Syncs - b.Syncs, a.DirSyncs - b.DirSyncs, a.Renames - b.Renames, a.Creates - b.Creates}
+	return opCounts{a.Syncs - b.Syncs, a.DirSyncs - b.DirSyncs, a.Renames - b.Renames, a.Creates - b.Creates, a.SyncNanos - b.SyncNanos}
 }
 
 func (a opCounts) add(b opCounts) opCounts {
-	return opCounts{a.Syncs + b.Syncs, a.DirSyncs + b.DirSyncs, a.Renames + b.Renames, a.Creates + b.Creates}
+	return opCounts{a.Syncs + b.Syncs, a.DirSyncs + b.DirSyncs, a.Renames + b.Renames, a.Creates + b.Creates, a.SyncNanos + b.SyncNanos}
+}
+
+// sameOps compares the operation counts, not the time.
+func (a opCounts) sameOps(b opCounts) bool {
+	return a.Syncs == b.Syncs && a.DirSyncs == b.DirSyncs && a.Renames == b.Renames
 }
 
 // fsyncs is what strace counts as fsync plus fdatasync: file and directory
 // syncs alike.
 func (a opCounts) fsyncs() int64 { return a.Syncs + a.DirSyncs }
 
-type atomicCounts struct{ syncs, dirSyncs, renames, creates atomic.Int64 }
+type atomicCounts struct{ syncs, dirSyncs, renames, creates, syncNanos atomic.Int64 }
 
 func (a *atomicCounts) load() opCounts {
-	return opCounts{a.syncs.Load(), a.dirSyncs.Load(), a.renames.Load(), a.creates.Load()}
+	return opCounts{a.syncs.Load(), a.dirSyncs.Load(), a.renames.Load(), a.creates.Load(), a.syncNanos.Load()}
 }
 
 // classifyFS splits the barriers a store issues into those of its background
-// goroutine and all others. The store starts making the next live file in
-// the background while a seal is still running, so a counter read before
-// and after Seal would charge that spare file's fsync and directory fsync to
-// the seal. Here an operation is background work when the calling
-// goroutine's stack runs through segstore's background type; everything else
-// is on a caller's path (a seal waits for whatever it delegates).
+// goroutines and all others. The store starts making the next live file in
+// the background while a seal is still running, and the manifest log writes
+// its checkpoints on a goroutine of its own, so a counter read before and
+// after Seal would charge their fsyncs to the seal. Here an operation is
+// background work when the calling goroutine's stack runs through one of the
+// known background entry points (isBackgroundFrame); everything else is on a
+// caller's path. Unknown background goroutines therefore count against the
+// seal: the error overstates the critical path, never hides part of it.
 //
 // It sits above the counting vfs, whose totals remain the reference: the
 // seal benchmark checks, step by step, that the two classes here add up to
@@ -52,9 +62,13 @@ type classifyFS struct {
 
 func newClassifyFS(inner vfs.FS) *classifyFS { return &classifyFS{FS: inner} }
 
-// bgFramePrefix is the function-name prefix of segstore's background
-// goroutine.
-const bgFramePrefix = "github.com/segkv/segkv/segstore.(*background)."
+// isBackgroundFrame says whether fn, a function name from a stack, is the
+// body of one of the engine's background goroutines: segstore's (spare live
+// files, automatic seals, merges) or the manifest log's checkpoint rotation.
+func isBackgroundFrame(fn string) bool {
+	return strings.HasPrefix(fn, "github.com/segkv/segkv/segstore.(*background).") ||
+		strings.HasPrefix(fn, "github.com/segkv/segkv/manifestlog.(*Log).maybeRotate.")
+}
 
 func (c *classifyFS) class() *atomicCounts {
 	var pcs [64]uintptr
@@ -62,7 +76,7 @@ func (c *classifyFS) class() *atomicCounts {
 	frames := runtime.CallersFrames(pcs[:n])
 	for {
 		f, more := frames.Next()
-		if strings.HasPrefix(f.Function, bgFramePrefix) {
+		if isBackgroundFrame(f.Function) {
 			return &c.bg
 		}
 		if !more {
@@ -106,8 +120,12 @@ func (c *classifyFS) Rename(oldname, newname string) error {
 }
 
 func (c *classifyFS) SyncDir(dir string) error {
-	c.class().dirSyncs.Add(1)
-	return c.FS.SyncDir(dir)
+	k := c.class()
+	k.dirSyncs.Add(1)
+	t0 := time.Now()
+	err := c.FS.SyncDir(dir)
+	k.syncNanos.Add(int64(time.Since(t0)))
+	return err
 }
 
 type classifyFile struct {
@@ -116,6 +134,10 @@ type classifyFile struct {
 }
 
 func (f *classifyFile) Sync() error {
-	f.c.class().syncs.Add(1)
-	return f.File.Sync()
+	k := f.c.class()
+	k.syncs.Add(1)
+	t0 := time.Now()
+	err := f.File.Sync()
+	k.syncNanos.Add(int64(time.Since(t0)))
+	return err
 }

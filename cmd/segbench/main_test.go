@@ -94,9 +94,9 @@ func TestRuntimeFailureExitsOne(t *testing.T) {
 	require.Equal(t, exitFail, code)
 }
 
-var sealKeys = sorted("protocol", "segments", "us_per_seal", "us_p99", "fsyncs_per_seal", "dirsyncs_per_seal",
-	"renames_per_seal", "bg_fsyncs_per_seal", "bg_dirsyncs_per_seal", "spare_misses", "manifest_bytes",
-	"manifest_bytes_written_per_seal")
+var sealKeys = sorted("protocol", "segments", "us_per_seal", "us_p99", "fsync_us_per_seal", "fsyncs_per_seal",
+	"dirsyncs_per_seal", "renames_per_seal", "bg_fsyncs_per_seal", "bg_dirsyncs_per_seal", "spare_misses",
+	"manifest_bytes", "manifest_file_bytes", "manifest_bytes_written_per_seal")
 
 func TestSealLegacyJSONOnDisk(t *testing.T) {
 	dir := t.TempDir()

@@ -30,6 +30,9 @@ type sealRow struct {
 	// Wall time of Seal alone, over the seals of this step.
 	USPerSeal float64 `json:"us_per_seal"` // median
 	USP99     float64 `json:"us_p99"`
+	// Median over the step of the time each seal spent inside its own
+	// fsyncs: how much of us_per_seal is the barriers.
+	FsyncUSPerSeal float64 `json:"fsync_us_per_seal"`
 	// Barriers on the seal's critical path, per seal, averaged over the step.
 	// fsyncs counts file and directory syncs alike, as strace does.
 	FsyncsPerSeal   float64 `json:"fsyncs_per_seal"`
@@ -42,21 +45,25 @@ type sealRow struct {
 	// Seals of the step that found no spare live file ready and made one on
 	// their critical path (new only).
 	SpareMisses int64 `json:"spare_misses"`
-	// Manifest bytes on disk at the end of the step, and manifest bytes
-	// written per seal over the step (checkpoints included).
-	ManifestBytes               int64   `json:"manifest_bytes"`
+	// Manifest bytes at the end of the step: the bytes written into the
+	// manifest files that exist now, and those files' size on disk, which
+	// for new includes space preallocated ahead of the log's tail.
+	ManifestBytes     int64 `json:"manifest_bytes"`
+	ManifestFileBytes int64 `json:"manifest_file_bytes"`
+	// Manifest bytes written over the step per seal, checkpoints and
+	// temporary files included.
 	ManifestBytesWrittenPerSeal float64 `json:"manifest_bytes_written_per_seal"`
 }
 
 func (sealRow) header() []string {
-	return []string{"protocol", "segments", "us/seal", "p99 us", "fsyncs/seal", "dirsyncs/seal", "renames/seal",
-		"bg fsyncs/seal", "bg dirsyncs/seal", "spare misses", "manifest B", "manifest B written/seal"}
+	return []string{"protocol", "segments", "us/seal", "p99 us", "fsync us/seal", "fsyncs/seal", "dirsyncs/seal", "renames/seal",
+		"bg fsyncs/seal", "bg dirsyncs/seal", "spare misses", "manifest B", "manifest file B", "manifest B written/seal"}
 }
 
 func (r sealRow) cells() []string {
-	return []string{r.Protocol, itoa(r.Segments), ftoa(r.USPerSeal, 0), ftoa(r.USP99, 0), ftoa(r.FsyncsPerSeal, 2),
+	return []string{r.Protocol, itoa(r.Segments), ftoa(r.USPerSeal, 0), ftoa(r.USP99, 0), ftoa(r.FsyncUSPerSeal, 0), ftoa(r.FsyncsPerSeal, 2),
 		ftoa(r.DirsyncsPerSeal, 2), ftoa(r.RenamesPerSeal, 2), ftoa(r.BgFsyncsPerSeal, 2), ftoa(r.BgDirsyncsPerSeal, 2),
-		itoa(r.SpareMisses), itoa(r.ManifestBytes), ftoa(r.ManifestBytesWrittenPerSeal, 0)}
+		itoa(r.SpareMisses), itoa(r.ManifestBytes), itoa(r.ManifestFileBytes), ftoa(r.ManifestBytesWrittenPerSeal, 0)}
 }
 
 // sealRatioRow is the final row: legacy divided by new, at the last step.
@@ -168,13 +175,16 @@ type sealer interface {
 	// foreground returns all non-background counts so far, seal or not.
 	foreground() opCounts
 	spareMisses() int64
-	manifestOnDisk() (int64, error)
+	// manifestOnDisk returns the bytes written into the manifest files that
+	// exist now, and their size on disk.
+	manifestOnDisk() (logical, file int64, err error)
 	close() error
 }
 
 // stepState accumulates one protocol's current step.
 type stepState struct {
 	samples        []time.Duration
+	syncTimes      []time.Duration
 	fg             opCounts // critical-path counts of the step's seals
 	startBg        opCounts
 	startFg        opCounts
@@ -185,6 +195,7 @@ type stepState struct {
 
 func (st *stepState) begin(s sealer) {
 	st.samples = st.samples[:0]
+	st.syncTimes = st.syncTimes[:0]
 	st.fg = opCounts{}
 	st.startBg = s.background()
 	st.startFg = s.foreground()
@@ -200,11 +211,12 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 	sealers := make([]sealer, len(cfg.protocols))
 	for k, name := range cfg.protocols {
 		dir := filepath.Join(ws.root, name)
-		var err error
-		switch name {
-		case "legacy":
+		err := ws.mkdir(dir)
+		switch {
+		case err != nil:
+		case name == "legacy":
 			sealers[k], err = openLegacySealer(ws.newFS(), dir)
-		case "new":
+		case name == "new":
 			sealers[k], err = openNewSealer(ctx, ws.newFS(), dir, cfg.segmentSize)
 		}
 		if err != nil {
@@ -251,6 +263,7 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 					return nil, nil, fmt.Errorf("%s: seal %d: %w", cfg.protocols[k], done[k]+1, err)
 				}
 				st.samples = append(st.samples, d)
+				st.syncTimes = append(st.syncTimes, time.Duration(fg.SyncNanos))
 				st.fg = st.fg.add(fg)
 				done[k]++
 				progressed = true
@@ -316,33 +329,36 @@ func finishStep(name string, segments int, s sealer, st *stepState, e *env) (sea
 	fgAll := s.foreground().sub(st.startFg)
 	totals, manifestW := s.totals()
 	totals = totals.sub(st.startTotals)
-	if split := fgAll.add(bg); split.Syncs != totals.Syncs || split.DirSyncs != totals.DirSyncs || split.Renames != totals.Renames {
+	if split := fgAll.add(bg); !split.sameOps(totals) {
 		fmt.Fprintf(e.stderr, "segbench seal: warning: %s at %d: counts by caller %+v differ from the counting vfs %+v\n",
 			name, segments, split, totals)
 	}
-	if fgAll != st.fg {
+	if !fgAll.sameOps(st.fg) {
 		// Barriers outside Seal on the benchmark's own goroutine (a Put that
 		// synced, say) would be neither critical path nor background.
 		fmt.Fprintf(e.stderr, "segbench seal: warning: %s at %d: %+v of foreground barriers happened outside Seal\n",
 			name, segments, fgAll.sub(st.fg))
 	}
-	disk, err := s.manifestOnDisk()
+	logical, file, err := s.manifestOnDisk()
 	if err != nil {
 		return sealRow{}, err
 	}
 	d := summarize(slices.Clone(st.samples))
+	ds := summarize(slices.Clone(st.syncTimes))
 	return sealRow{
 		Protocol:                    name,
 		Segments:                    segments,
 		USPerSeal:                   round(us(d.p50), 0),
 		USP99:                       round(us(d.p99), 0),
+		FsyncUSPerSeal:              round(us(ds.p50), 0),
 		FsyncsPerSeal:               round(float64(st.fg.fsyncs())/n, 3),
 		DirsyncsPerSeal:             round(float64(st.fg.DirSyncs)/n, 3),
 		RenamesPerSeal:              round(float64(st.fg.Renames)/n, 3),
 		BgFsyncsPerSeal:             round(float64(bg.fsyncs())/n, 3),
 		BgDirsyncsPerSeal:           round(float64(bg.DirSyncs)/n, 3),
 		SpareMisses:                 s.spareMisses() - st.startMisses,
-		ManifestBytes:               disk,
+		ManifestBytes:               logical,
+		ManifestFileBytes:           file,
 		ManifestBytesWrittenPerSeal: round(float64(manifestW-st.startManifestW)/n, 1),
 	}, nil
 }
@@ -368,6 +384,38 @@ type counted struct {
 func newCounted(base vfs.FS) counted {
 	cnt := vfs.NewCounting(base)
 	return counted{cnt: cnt, cls: newClassifyFS(cnt)}
+}
+
+// manifestOnDisk sums over the manifest files in dir (the legacy manifest,
+// or the new log and its checkpoint generations): what was written into
+// them through this vfs, and their size. The new manifest files are written
+// in place, append only, so the bytes written into one that still exists
+// are its logical size, however much is preallocated past them. A file that
+// got its name by a rename (legacy) was written whole: its size is its
+// logical size.
+func (c counted) manifestOnDisk(dir string) (logical, file int64, err error) {
+	names, err := c.cnt.List(dir)
+	if err != nil {
+		return 0, 0, fmt.Errorf("list %s: %w", dir, err)
+	}
+	written := c.cnt.Counts().BytesWritten
+	for _, name := range names {
+		if !isManifest(name) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		sz, err := c.cnt.Stat(p)
+		if err != nil {
+			return 0, 0, fmt.Errorf("stat manifest: %w", err)
+		}
+		file += sz
+		if w, ok := written[p]; ok {
+			logical += min(w, sz)
+		} else {
+			logical += sz
+		}
+	}
+	return logical, file, nil
 }
 
 func (c counted) background() opCounts { return c.cls.Background() }
@@ -414,12 +462,8 @@ func (l *legacySealer) sealOne(_ context.Context, i int) (time.Duration, opCount
 func (l *legacySealer) quiesce(context.Context) error { return nil }
 func (l *legacySealer) spareMisses() int64            { return 0 }
 
-func (l *legacySealer) manifestOnDisk() (int64, error) {
-	n, err := l.cnt.Stat(l.st.ManifestPath())
-	if err != nil {
-		return 0, fmt.Errorf("stat legacy manifest: %w", err)
-	}
-	return n, nil
+func (l *legacySealer) manifestOnDisk() (int64, int64, error) {
+	return l.counted.manifestOnDisk(filepath.Dir(l.st.ManifestPath()))
 }
 
 func (l *legacySealer) close() error { return l.st.Close() }
@@ -500,25 +544,7 @@ func (n *newSealer) quiesce(ctx context.Context) error {
 
 func (n *newSealer) spareMisses() int64 { return n.st.Metrics().SpareMisses }
 
-// manifestOnDisk sums the manifest files: the log and its checkpoint.
-func (n *newSealer) manifestOnDisk() (int64, error) {
-	names, err := n.cnt.List(n.dir)
-	if err != nil {
-		return 0, fmt.Errorf("list %s: %w", n.dir, err)
-	}
-	var total int64
-	for _, name := range names {
-		if !isManifest(name) {
-			continue
-		}
-		sz, err := n.cnt.Stat(filepath.Join(n.dir, name))
-		if err != nil {
-			return 0, fmt.Errorf("stat manifest: %w", err)
-		}
-		total += sz
-	}
-	return total, nil
-}
+func (n *newSealer) manifestOnDisk() (int64, int64, error) { return n.counted.manifestOnDisk(n.dir) }
 
 func (n *newSealer) close() error {
 	if n.closed {
