@@ -1,0 +1,220 @@
+// Command peerbench runs the same workloads against segkv and its peers
+// (Pebble, goleveldb, Badger, bbolt) in one process, each on its own
+// directory of the real disk, and prints a table with segkv/peer ratios and
+// the brief's targets.
+//
+//	peerbench                         # full run: 1M keys, every workload, every engine
+//	peerbench -n 100000               # quick mode for development
+//	peerbench -engines segkv,pebble -workloads put1,bulk,get -json
+//	peerbench -cpuprofile cpu.out     # samples carry the label phase=<engine>:<workload>
+//	go tool pprof -tagfocus phase=segkv:bulk -top cpu.out
+//
+// Workloads (32-byte keys, 100-byte values; keys are in random order):
+//
+//	put1    durable put, 1 writer, for -duration        (ops/s)
+//	put32   durable put, -writers writers, for -duration (ops/s)
+//	bulk    load -n keys in batches of -batch without sync, final sync + Close (s)
+//	reopen  Open of the loaded store until the first successful Get (s)
+//	get1    random Get of existing keys, 1 goroutine   (ops/s)
+//	get2    random Get of existing keys, 2 goroutines  (ops/s)
+//	miss1   Get of missing keys, 1 goroutine           (ops/s)
+//	miss2   Get of missing keys, 2 goroutines          (ops/s)
+//
+// Aliases: put = put1,put32; get = get1,get2; miss = miss1,miss2; all.
+// reopen, get and miss need the loaded store, so selecting any of them runs
+// the bulk load even if bulk itself is not reported.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"strings"
+	"time"
+
+	"github.com/segkv/segkv/bench/peers"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			os.Exit(0)
+		}
+		fmt.Fprintln(os.Stderr, "peerbench:", err)
+		os.Exit(2)
+	}
+}
+
+// config is everything the flags decide.
+type config struct {
+	n          int
+	workloads  []string
+	engines    []string
+	json       bool
+	dir        string
+	duration   time.Duration
+	rounds     int
+	writers    int
+	batch      int
+	gets       int
+	keep       bool
+	quiet      bool
+	cpuprofile string
+}
+
+var allWorkloads = []string{"put1", "put32", "bulk", "reopen", "get1", "get2", "miss1", "miss2"}
+
+var aliases = map[string][]string{
+	"all":  allWorkloads,
+	"put":  {"put1", "put32"},
+	"get":  {"get1", "get2"},
+	"miss": {"miss1", "miss2"},
+}
+
+func parseFlags(args []string, stderr io.Writer) (*config, error) {
+	fs := flag.NewFlagSet("peerbench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c := &config{}
+	var workloads, engines string
+	fs.IntVar(&c.n, "n", 1_000_000, "keys in the bulk-loaded store (100000 is the quick mode)")
+	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ",")+" (aliases: put, get, miss, all)")
+	fs.StringVar(&engines, "engines", strings.Join(peers.Names(), ","), "comma-separated engines")
+	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of the table")
+	fs.StringVar(&c.dir, "dir", os.TempDir(), "parent of the run's temporary directory (must be on the disk under test)")
+	fs.DurationVar(&c.duration, "duration", 4*time.Second, "measured time of each put workload per engine, split over -rounds")
+	fs.IntVar(&c.rounds, "rounds", 2, "put workloads run the engines in this many alternating-order rounds, so disk drift hits all alike")
+	fs.IntVar(&c.writers, "writers", 32, "writers of put32")
+	fs.IntVar(&c.batch, "batch", 1000, "operations per batch in bulk")
+	fs.IntVar(&c.gets, "gets", 200_000, "Get calls per get/miss measurement (split over its goroutines)")
+	fs.BoolVar(&c.keep, "keep", false, "keep the stores on disk after the run")
+	fs.BoolVar(&c.quiet, "q", false, "no progress lines on stderr")
+	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile here; samples are labelled phase=<engine>:<workload>")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
+	}
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	switch {
+	case c.n < 1:
+		return nil, fmt.Errorf("-n must be at least 1, got %d", c.n)
+	case c.batch < 1:
+		return nil, fmt.Errorf("-batch must be at least 1, got %d", c.batch)
+	case c.writers < 1:
+		return nil, fmt.Errorf("-writers must be at least 1, got %d", c.writers)
+	case c.rounds < 1:
+		return nil, fmt.Errorf("-rounds must be at least 1, got %d", c.rounds)
+	case c.duration <= 0:
+		return nil, fmt.Errorf("-duration must be positive, got %v", c.duration)
+	case c.gets < 2:
+		return nil, fmt.Errorf("-gets must be at least 2, got %d", c.gets)
+	}
+	var err error
+	if c.workloads, err = parseWorkloads(workloads); err != nil {
+		return nil, err
+	}
+	if c.engines, err = parseEngines(engines); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// parseWorkloads expands aliases and returns the workloads in canonical
+// running order, each once.
+func parseWorkloads(s string) ([]string, error) {
+	want := map[string]bool{}
+	for _, w := range splitList(s) {
+		if exp, ok := aliases[w]; ok {
+			for _, x := range exp {
+				want[x] = true
+			}
+			continue
+		}
+		if !contains(allWorkloads, w) {
+			return nil, fmt.Errorf("unknown workload %q (have %s; aliases put, get, miss, all)", w, strings.Join(allWorkloads, ", "))
+		}
+		want[w] = true
+	}
+	if len(want) == 0 {
+		return nil, errors.New("-workloads is empty")
+	}
+	var out []string
+	for _, w := range allWorkloads {
+		if want[w] {
+			out = append(out, w)
+		}
+	}
+	return out, nil
+}
+
+func parseEngines(s string) ([]string, error) {
+	var out []string
+	for _, e := range splitList(s) {
+		if _, err := peers.Lookup(e); err != nil {
+			return nil, err
+		}
+		if !contains(out, e) {
+			out = append(out, e)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("-engines is empty")
+	}
+	return out, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func run(args []string, stdout, stderr io.Writer) (err error) {
+	c, err := parseFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	if c.cpuprofile != "" {
+		f, err := os.Create(c.cpuprofile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return errors.Join(err, f.Close())
+		}
+		defer func() {
+			pprof.StopCPUProfile()
+			err = errors.Join(err, f.Close())
+		}()
+	}
+	b, err := newBench(c, stderr)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, b.cleanup()) }()
+	res, err := b.runAll(context.Background())
+	if err != nil {
+		return err
+	}
+	if c.json {
+		return writeJSON(stdout, res)
+	}
+	return writeTable(stdout, res)
+}

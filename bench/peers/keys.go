@@ -1,0 +1,58 @@
+package peers
+
+import "encoding/binary"
+
+// KeySize and ValueSize are the record shape of every workload (the brief's
+// 32-byte keys and 100-byte values).
+const (
+	KeySize   = 32
+	ValueSize = 100
+)
+
+const hexDigits = "0123456789abcdef"
+
+// mix is splitmix64's finaliser: a cheap bijection on uint64 that spreads
+// consecutive integers uniformly, so key i lands at a random place in key
+// order (an insert-ordered load would flatter B-trees and LSMs alike).
+func mix(x uint64) uint64 {
+	x += 0x9e3779b97f4a7c15
+	x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9
+	x = (x ^ (x >> 27)) * 0x94d049bb133111eb
+	return x ^ (x >> 31)
+}
+
+// Key writes key number i into dst (len >= KeySize) and returns dst[:KeySize].
+// The first 16 hex digits are a hash of i (random order), the last 16 are i
+// itself, so keys are distinct for distinct i. Workloads use i in [0, n) for
+// keys that exist and i in [n, 2n) for keys that do not.
+func Key(dst []byte, i uint64) []byte {
+	dst = dst[:KeySize]
+	putHex(dst[:16], mix(i))
+	putHex(dst[16:], i)
+	return dst
+}
+
+func putHex(dst []byte, v uint64) {
+	for j := 15; j >= 0; j-- {
+		dst[j] = hexDigits[v&15]
+		v >>= 4
+	}
+}
+
+// Value writes the value of key number i into dst (len >= ValueSize) and
+// returns dst[:ValueSize]. It is pseudo-random, so that no engine's block
+// compression gets an advantage the others cannot have.
+func Value(dst []byte, i uint64) []byte {
+	dst = dst[:ValueSize]
+	x := mix(i ^ 0x5bd1e995)
+	for j := 0; j+8 <= ValueSize; j += 8 {
+		x = mix(x)
+		binary.LittleEndian.PutUint64(dst[j:], x)
+	}
+	x = mix(x)
+	for j := ValueSize &^ 7; j < ValueSize; j++ {
+		dst[j] = byte(x)
+		x >>= 8
+	}
+	return dst
+}

@@ -1,0 +1,115 @@
+// Package peers adapts segkv and the embedded stores it is compared with
+// (Pebble, goleveldb, Badger, bbolt) to one small interface, so that
+// cmd/peerbench can run the same workload against each of them in one process.
+//
+// The adapters are deliberately thin: each uses the peer's ordinary public API
+// the way its documentation recommends for that job, with the settings stated
+// by Config, so that a reader can judge whether the comparison is fair.
+package peers
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Mode selects how an engine is opened: for writes that must be durable when
+// they return, or for a bulk load whose durability is one sync at the end.
+type Mode int
+
+const (
+	// Durable: every Put is durable before it returns.
+	Durable Mode = iota
+	// Bulk: writes are not synced; a Batch with sync=true (the last one of a
+	// load) makes everything before it durable.
+	Bulk
+)
+
+func (m Mode) String() string {
+	switch m {
+	case Durable:
+		return "durable"
+	case Bulk:
+		return "bulk"
+	}
+	return fmt.Sprintf("Mode(%d)", int(m))
+}
+
+// Engine opens stores of one kind.
+type Engine interface {
+	// Name is the short name used on the command line and in tables.
+	Name() string
+	// Config describes, in one line, the settings Open uses in the mode:
+	// sync behaviour, caches, filters. It goes into the report verbatim.
+	Config(m Mode) string
+	// Open opens (creating if needed) the store in dir.
+	Open(dir string, m Mode) (DB, error)
+}
+
+// DB is an open store.
+type DB interface {
+	// Put writes one key. In Durable mode it is durable when Put returns.
+	// Safe for concurrent use.
+	Put(key, value []byte) error
+	// Batch writes keys[i]=values[i] atomically. If sync is true everything
+	// written so far is durable when Batch returns.
+	Batch(keys, values [][]byte, sync bool) error
+	// Get reports whether key exists and, when it does, returns its value
+	// appended to dst[:0] (or a fresh slice the engine already allocated).
+	// Peers that lend their value only inside a transaction or until a closer
+	// runs pay one 100-byte copy here, as any caller keeping the value would.
+	// Safe for concurrent use.
+	Get(key, dst []byte) (value []byte, found bool, err error)
+	// Close makes every write durable (where the mode promises it) and
+	// releases the store.
+	Close() error
+}
+
+// ErrUnknownEngine is returned by Lookup for a name no engine has.
+var ErrUnknownEngine = errors.New("peers: unknown engine")
+
+var registry = map[string]Engine{}
+
+// order is the default running order: segkv first, then its peers.
+var order = []string{"segkv", "pebble", "goleveldb", "badger", "bbolt"}
+
+func register(e Engine) { registry[e.Name()] = e }
+
+// Names returns the registered engine names in the default order.
+func Names() []string {
+	var out []string
+	for _, n := range order {
+		if _, ok := registry[n]; ok {
+			out = append(out, n)
+		}
+	}
+	// Anything registered but not in order (none today) goes last, sorted,
+	// so that adding an adapter cannot silently hide it.
+	var extra []string
+	for n := range registry {
+		if !contains(order, n) {
+			extra = append(extra, n)
+		}
+	}
+	sort.Strings(extra)
+	return append(out, extra...)
+}
+
+// Lookup returns the engine with the given name.
+func Lookup(name string) (Engine, error) {
+	e, ok := registry[name]
+	if !ok {
+		return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownEngine, name, strings.Join(Names(), ", "))
+	}
+	return e, nil
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}

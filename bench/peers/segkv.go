@@ -1,0 +1,67 @@
+package peers
+
+import (
+	"errors"
+
+	"github.com/segkv/segkv/segstore"
+)
+
+func init() { register(segkvEngine{}) }
+
+type segkvEngine struct{}
+
+func (segkvEngine) Name() string { return "segkv" }
+
+func (segkvEngine) Config(m Mode) string {
+	const common = "segkv (this tree) defaults: 64 MiB segments (preallocated live file), MaxOpenFiles 256, background merge on"
+	if m == Durable {
+		return common + "; Sync=SyncAlways (group commit: one write + fdatasync per group)"
+	}
+	return common + "; Sync=SyncManual, one Apply per batch, Store.Sync after the last"
+}
+
+func (segkvEngine) Open(dir string, m Mode) (DB, error) {
+	opts := &segstore.Options{Sync: segstore.SyncAlways}
+	if m == Bulk {
+		opts.Sync = segstore.SyncManual
+	}
+	s, err := segstore.Open(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &segkvDB{s: s}, nil
+}
+
+type segkvDB struct{ s *segstore.Store }
+
+func (d *segkvDB) Put(k, v []byte) error { return d.s.Put(k, v) }
+
+func (d *segkvDB) Batch(keys, values [][]byte, sync bool) error {
+	b := d.s.NewBatch()
+	for i := range keys {
+		if err := b.Put(keys[i], values[i]); err != nil {
+			return err
+		}
+	}
+	if err := d.s.Apply(b); err != nil {
+		return err
+	}
+	if sync {
+		return d.s.Sync()
+	}
+	return nil
+}
+
+func (d *segkvDB) Get(k, _ []byte) ([]byte, bool, error) {
+	// Store.Get returns a value the caller owns; no copy needed.
+	v, err := d.s.Get(k)
+	if errors.Is(err, segstore.ErrNotFound) {
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	return v, true, nil
+}
+
+func (d *segkvDB) Close() error { return d.s.Close() }
