@@ -29,6 +29,9 @@ import (
 	"github.com/segkv/segkv/wal"
 )
 
+// closeSealBytes is the live file size from which Close seals it.
+const closeSealBytes = 1 << 20
+
 // lockName is the file whose flock keeps a second Store out of the directory.
 const lockName = "LOCK"
 
@@ -470,6 +473,19 @@ func (s *Store) Sync() error {
 
 // Close syncs and closes the store. Later calls return ErrClosed.
 func (s *Store) Close() error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	// A large live file is sealed so that the next Open loads its index
+	// instead of replaying it; a small one is cheaper to replay than to seal.
+	s.mu.RLock()
+	live := s.tail.w.Offset()
+	s.mu.RUnlock()
+	if live >= closeSealBytes && s.usable() == nil {
+		if err := s.Seal(); err != nil && !errors.Is(err, ErrClosed) {
+			s.log.Warn("segkv: seal on close failed; the next open replays the live file", "err", err)
+		}
+	}
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
