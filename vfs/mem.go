@@ -21,8 +21,8 @@ import (
 var ErrCrashed = errors.New("vfs: handle invalidated by a simulated crash")
 
 // CrashMode selects what a simulated power loss leaves of the data written
-// since a file's last Sync. Directory entries are the same in every mode:
-// only those made durable by SyncDir survive.
+// since a file's last Sync. Directory entries are the same in every mode but
+// CrashMetadataPrefix: only those made durable by SyncDir survive.
 type CrashMode int
 
 const (
@@ -46,6 +46,15 @@ const (
 	// extension (preallocation, truncate) reads as zeros. Unsynced writes
 	// inside the durable size are lost.
 	CrashGarbageTail
+	// CrashMetadataPrefix keeps file data as CrashDropUnsynced does, but
+	// directory changes (create, rename, remove) not yet made durable by
+	// SyncDir survive up to a random point in the order they were made,
+	// as a metadata journal commits them: a rename survives whole or not at
+	// all. A real file system may make a change durable before the SyncDir
+	// that guarantees it (any fsync can commit the journal); this mode
+	// catches code that depends on such a change NOT having happened, for
+	// instance deleting a file that durable state still names.
+	CrashMetadataPrefix
 )
 
 func (m CrashMode) String() string {
@@ -58,6 +67,8 @@ func (m CrashMode) String() string {
 		return "random-subset"
 	case CrashGarbageTail:
 		return "garbage-tail"
+	case CrashMetadataPrefix:
+		return "metadata-prefix"
 	}
 	return fmt.Sprintf("CrashMode(%d)", int(m))
 }
@@ -99,11 +110,30 @@ type Mem struct {
 	locks map[string]*memLock
 	epoch uint64 // incremented by Crash: handles of an older epoch are dead
 	hook  func(SyncEvent)
+
+	// The namespace journal: every directory-entry change not yet covered
+	// by a SyncDir of its directory, in order. CrashDropUnsynced and the
+	// other data modes ignore it; CrashMetadataPrefix replays a prefix.
+	seq   uint64 // sequence number of the last namespace operation
+	nslog []nsOp
 }
 
 type memDir struct {
 	entries map[string]*inode // current: what List and Open see
 	durable map[string]*inode // what a crash leaves
+	synced  uint64            // Mem.seq at the last SyncDir (or creation)
+}
+
+// nsOp is one namespace operation; a rename has two effects that a crash
+// keeps or loses together, as a journaled file system commits them.
+type nsOp struct {
+	seq     uint64
+	effects []nsEffect
+}
+
+type nsEffect struct {
+	dir, name string
+	ino       *inode // nil: the entry is removed
 }
 
 // inode is a file's data. Directory entries point at inodes, so an open
@@ -146,6 +176,21 @@ func (ino *inode) apply(op memOp) {
 func (ino *inode) do(op memOp) {
 	ino.apply(op)
 	ino.pending = append(ino.pending, op)
+}
+
+// journal applies a namespace operation to the current entries and records
+// it. m.mu is held.
+func (m *Mem) journal(effects ...nsEffect) {
+	m.seq++
+	for _, e := range effects {
+		d := m.dirs[e.dir]
+		if e.ino == nil {
+			delete(d.entries, e.name)
+		} else {
+			d.entries[e.name] = e.ino
+		}
+	}
+	m.nslog = append(m.nslog, nsOp{seq: m.seq, effects: effects})
 }
 
 // NewMem returns an empty Mem holding only the root directory.
@@ -220,7 +265,7 @@ func (m *Mem) Create(name string) (File, error) {
 	ino := d.entries[base]
 	if ino == nil {
 		ino = &inode{cur: content{own: &owner{}}}
-		d.entries[base] = ino
+		m.journal(nsEffect{dir: path.Dir(p), name: base, ino: ino})
 	} else if ino.cur.size != 0 {
 		// O_TRUNC truncates the existing inode; the entry is unchanged.
 		ino.do(memOp{kind: opTruncate, n: 0})
@@ -265,6 +310,7 @@ func (m *Mem) Remove(name string) error {
 			return pathErr("remove", name, syscall.ENOTEMPTY)
 		}
 		delete(m.dirs, p)
+		m.pruneJournal()
 		return nil
 	}
 	d, base, err := m.lookup("remove", name, p)
@@ -274,7 +320,7 @@ func (m *Mem) Remove(name string) error {
 	if d.entries[base] == nil {
 		return pathErr("remove", name, fs.ErrNotExist)
 	}
-	delete(d.entries, base)
+	m.journal(nsEffect{dir: path.Dir(p), name: base})
 	return nil
 }
 
@@ -302,7 +348,7 @@ func (m *Mem) Rename(oldname, newname string) error {
 		lerr.Err = errors.Unwrap(err)
 		return lerr
 	}
-	nd, nbase, err := m.lookup("rename", newname, np)
+	_, nbase, err := m.lookup("rename", newname, np)
 	if err != nil {
 		lerr.Err = errors.Unwrap(err)
 		return lerr
@@ -319,8 +365,7 @@ func (m *Mem) Rename(oldname, newname string) error {
 	if op == np {
 		return nil
 	}
-	delete(od.entries, obase)
-	nd.entries[nbase] = ino
+	m.journal(nsEffect{dir: path.Dir(op), name: obase}, nsEffect{dir: path.Dir(np), name: nbase, ino: ino})
 	return nil
 }
 
@@ -387,6 +432,7 @@ func (m *Mem) mkdirAll(dir, p string) error {
 		return pathErr("mkdir", dir, syscall.ENOTDIR)
 	}
 	m.dirs[p] = newMemDir()
+	m.dirs[p].synced = m.seq
 	return nil
 }
 
@@ -407,7 +453,7 @@ func (m *Mem) Lock(name string) (io.Closer, error) {
 		return nil, err
 	}
 	if d.entries[base] == nil {
-		d.entries[base] = &inode{cur: content{own: &owner{}}}
+		m.journal(nsEffect{dir: path.Dir(p), name: base, ino: &inode{cur: content{own: &owner{}}}})
 	}
 	l := &memLock{m: m, path: p, epoch: m.epoch}
 	m.locks[p] = l
@@ -448,7 +494,28 @@ func (m *Mem) SyncDir(dir string) error {
 		return pathErr("syncdir", dir, fs.ErrNotExist)
 	}
 	d.durable = maps.Clone(d.entries)
+	d.synced = m.seq
+	m.pruneJournal()
 	return nil
+}
+
+// pruneJournal drops the effects that a SyncDir made durable or whose
+// directory is gone, and the operations left with none. m.mu is held.
+func (m *Mem) pruneJournal() {
+	kept := m.nslog[:0]
+	for _, op := range m.nslog {
+		var effects []nsEffect
+		for _, e := range op.effects {
+			if d, ok := m.dirs[e.dir]; ok && d.synced < op.seq {
+				effects = append(effects, e)
+			}
+		}
+		if len(effects) > 0 {
+			kept = append(kept, nsOp{seq: op.seq, effects: effects})
+		}
+	}
+	clear(m.nslog[len(kept):])
+	m.nslog = kept
 }
 
 // ReadFile returns a copy of the current content of a file.
@@ -491,6 +558,14 @@ func (m *Mem) WriteFile(name string, data []byte) error {
 	ino.pending = nil
 	d.entries[base] = ino
 	d.durable[base] = ino
+	// Earlier unsynced changes of this name must not override, in a crash
+	// image, the entry just made durable.
+	for i, op := range m.nslog {
+		m.nslog[i].effects = slices.DeleteFunc(slices.Clone(op.effects), func(e nsEffect) bool {
+			return e.dir == path.Dir(p) && e.name == base
+		})
+	}
+	m.nslog = slices.DeleteFunc(m.nslog, func(op nsOp) bool { return len(op.effects) == 0 })
 	return nil
 }
 
@@ -520,14 +595,34 @@ func (m *Mem) CrashClone(mode CrashMode, rng *rand.Rand) *Mem {
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	// The journal prefix that survives, per directory (CrashMetadataPrefix).
+	survivors := map[string][]nsEffect{}
+	if mode == CrashMetadataPrefix {
+		for _, op := range m.nslog[:rng.IntN(len(m.nslog)+1)] {
+			for _, e := range op.effects {
+				survivors[e.dir] = append(survivors[e.dir], e)
+			}
+		}
+	}
 	out := NewMem()
 	// Visit in sorted order so that rng is consumed deterministically.
 	done := map[*inode]*inode{}
 	for _, p := range slices.Sorted(maps.Keys(m.dirs)) {
 		d := m.dirs[p]
+		entries := d.durable
+		if effects := survivors[p]; len(effects) > 0 {
+			entries = maps.Clone(entries)
+			for _, e := range effects {
+				if e.ino == nil {
+					delete(entries, e.name)
+				} else {
+					entries[e.name] = e.ino
+				}
+			}
+		}
 		nd := newMemDir()
-		for _, base := range slices.Sorted(maps.Keys(d.durable)) {
-			old := d.durable[base]
+		for _, base := range slices.Sorted(maps.Keys(entries)) {
+			old := entries[base]
 			ino, ok := done[old]
 			if !ok {
 				ino = crashInode(old, mode, rng)
