@@ -10,9 +10,10 @@ import (
 	"github.com/segkv/segkv/corruption"
 )
 
-// streamGrow bounds how far the stream reader grows its buffer ahead of the
-// bytes actually received, so that a forged length field cannot make it
-// allocate a gigabyte for a stream that then ends.
+// streamGrow bounds how far the stream reader extends its buffer past the
+// bytes actually received (capacity still doubles as usual), so that a
+// forged length field cannot make it allocate a gigabyte for a stream that
+// then ends.
 const streamGrow = 1 << 20
 
 // StreamReader reads frames strictly from a stream, as needed to validate a

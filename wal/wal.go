@@ -154,7 +154,8 @@ type ScanResult struct {
 // frame in order with the frame's offset and its payload (payload is valid
 // only during the call). An error returned by fn stops the scan and is
 // returned as is; End and Frames then cover the frames before the one whose
-// callback failed. path is used in corruption errors only.
+// callback failed. fn may be nil to only validate and measure. path is used
+// in corruption errors only.
 //
 // Scan stops at the first invalid frame and classifies what follows (see the
 // package documentation): a clean end and a torn tail return a nil error (the
@@ -181,8 +182,10 @@ func Scan(r io.ReaderAt, path string, start, limit int64, fn func(frameOff int64
 		if err != nil {
 			return res, err
 		}
-		if err := fn(off, b[HeaderSize:]); err != nil {
-			return res, err
+		if fn != nil {
+			if err := fn(off, b[HeaderSize:]); err != nil {
+				return res, err
+			}
 		}
 		off += HeaderSize + int64(s.n)
 		res.End = off

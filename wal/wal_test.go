@@ -235,6 +235,13 @@ func TestScanBadFrameFollowedByLowWatermarksIsTorn(t *testing.T) {
 	require.Equal(t, recs[:2], got)
 	require.Equal(t, ScanResult{End: recs[2].Off, Frames: 2, Torn: true, TornBytes: int64(len(data)) - recs[2].Off}, res)
 
+	// A writer that never synced: damage anywhere is a torn tail.
+	unsynced, urecs := buildFile(0, payloads, neverSynced)
+	unsynced[urecs[0].Off+5] ^= 1
+	_, res, err = scanAll(t, unsynced, 0, int64(len(unsynced)))
+	require.NoError(t, err)
+	require.Equal(t, ScanResult{Torn: true, TornBytes: int64(len(unsynced))}, res)
+
 	// The same damage in frame 1 is vouched for by frame 2 onwards.
 	bad = bytes.Clone(data)
 	bad[recs[1].Off+3] ^= 1

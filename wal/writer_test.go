@@ -345,14 +345,13 @@ func TestWriterSyncFailureIsFailStop(t *testing.T) {
 		return nil
 	}
 	var publishedAfterFailure atomic.Bool
-	var w *Writer
-	w = NewWriter(f, "test.log", 0, 0, Options{Publish: func([]*Request) {
+	w := NewWriter(f, "test.log", 0, 0, Options{Publish: func([]*Request) {
 		if f.syncs.Load() >= failAt {
 			publishedAfterFailure.Store(true)
 		}
 	}})
 	var wg sync.WaitGroup
-	var okAfterFail, failed atomic.Int64
+	var failed atomic.Int64
 	for g := range 16 {
 		wg.Go(func() {
 			for i := range 50 {
@@ -362,10 +361,6 @@ func TestWriterSyncFailureIsFailStop(t *testing.T) {
 						t.Errorf("error %v does not match ErrFailed and the cause", err)
 					}
 					failed.Add(1)
-					continue
-				}
-				if failed.Load() > 0 && w.Err() != nil {
-					okAfterFail.Add(1)
 				}
 			}
 		})
@@ -451,7 +446,7 @@ func TestWriterCrash(t *testing.T) {
 		for g := range 8 {
 			wg.Go(func() {
 				r := rand.New(rand.NewPCG(seed, uint64(g)))
-				for i := range 60 {
+				for i := range 30 {
 					p := fmt.Sprintf("<%d.%d.%s>", g, i, bytes.Repeat([]byte{'x'}, r.IntN(300)))
 					durable := r.IntN(3) > 0
 					if err := w.Commit(&Request{Payload: []byte(p), Sync: durable}); err != nil {
