@@ -103,7 +103,9 @@ type SyncEvent struct {
 // Limits of the model, all deliberate: directories are created durably by
 // MkdirAll and removed durably by Remove (only when empty); directories
 // cannot be renamed; Sync makes a file's content and size durable regardless
-// of the handle it is called on (fdatasync has the same effect).
+// of the handle it is called on (fdatasync has the same effect); a file
+// cannot grow past MaxMemFileSize (EFBIG), because even a sparse file costs
+// a page table entry per 4 KiB.
 type Mem struct {
 	mu    sync.RWMutex
 	dirs  map[string]*memDir // by cleaned absolute path
@@ -191,6 +193,18 @@ func (m *Mem) journal(effects ...nsEffect) {
 		}
 	}
 	m.nslog = append(m.nslog, nsOp{seq: m.seq, effects: effects})
+}
+
+// MaxMemFileSize is the largest size a Mem file may reach.
+const MaxMemFileSize = 1 << 34
+
+// checkEnd refuses an operation that would make a file end past
+// MaxMemFileSize (or overflow).
+func (f *memFile) checkEnd(op string, off, n int64) error {
+	if off > MaxMemFileSize || n > MaxMemFileSize-off {
+		return pathErr(op, f.name, syscall.EFBIG)
+	}
+	return nil
 }
 
 // NewMem returns an empty Mem holding only the root directory.
@@ -588,7 +602,9 @@ func (m *Mem) FileNames() []string {
 // this instant would leave (see CrashMode), without changing m. The result
 // depends only on m's state, mode and the values drawn from rng. The clone
 // has no hook, no locks and no open handles. A nil rng stands for a fixed
-// seed. An unknown mode behaves as CrashDropUnsynced.
+// seed; rng is not guarded, so callers cloning from several goroutines must
+// serialize their use of a shared one. An unknown mode behaves as
+// CrashDropUnsynced.
 func (m *Mem) CrashClone(mode CrashMode, rng *rand.Rand) *Mem {
 	if rng == nil {
 		rng = rand.New(rand.NewPCG(0, 0))
@@ -765,6 +781,9 @@ func (f *memFile) WriteAt(b []byte, off int64) (int, error) {
 	if err := f.checkWrite("write"); err != nil {
 		return 0, err
 	}
+	if err := f.checkEnd("write", off, int64(len(b))); err != nil {
+		return 0, err
+	}
 	f.ino.do(memOp{kind: opWrite, off: off, data: slices.Clone(b)})
 	return len(b), nil
 }
@@ -777,6 +796,9 @@ func (f *memFile) Truncate(size int64) error {
 	}
 	if size < 0 {
 		return pathErr("truncate", f.name, syscall.EINVAL)
+	}
+	if err := f.checkEnd("truncate", size, 0); err != nil {
+		return err
 	}
 	f.ino.do(memOp{kind: opTruncate, n: size})
 	return nil
@@ -791,6 +813,9 @@ func (f *memFile) Preallocate(off, length int64) error {
 	if off < 0 || length <= 0 {
 		// fallocate(2) refuses these with EINVAL too.
 		return pathErr("preallocate", f.name, syscall.EINVAL)
+	}
+	if err := f.checkEnd("preallocate", off, length); err != nil {
+		return err
 	}
 	f.ino.do(memOp{kind: opPrealloc, off: off, n: length})
 	return nil

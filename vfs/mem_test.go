@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -688,4 +689,18 @@ func TestCrashMetadataPrefix(t *testing.T) {
 	for seed := range uint64(10) {
 		require.Equal(t, "new", snapshotOf(t, m.CrashClone(CrashMetadataPrefix, seeded(seed)))["/db/a"])
 	}
+}
+
+func TestMemRefusesHugeFiles(t *testing.T) {
+	m := newDB(t)
+	f := create(t, m, "/db/a")
+	_, err := f.WriteAt([]byte("x"), MaxMemFileSize)
+	require.ErrorIs(t, err, syscall.EFBIG)
+	require.ErrorIs(t, f.Truncate(MaxMemFileSize+1), syscall.EFBIG)
+	require.ErrorIs(t, f.Preallocate(1, 1<<62), syscall.EFBIG)
+	require.ErrorIs(t, f.Preallocate(1<<62, 1<<62), syscall.EFBIG, "overflow")
+	require.NoError(t, f.Preallocate(0, 1<<20))
+	size, err := f.Size()
+	require.NoError(t, err)
+	require.EqualValues(t, 1<<20, size)
 }

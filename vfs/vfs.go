@@ -7,9 +7,11 @@
 //
 //   - OS: the real file system (fdatasync, flock and fallocate via x/sys/unix).
 //   - Mem: a strict in-memory file system for crash tests. It keeps synced and
-//     unsynced state apart; Crash discards unsynced file data and every
-//     directory entry (create, rename, remove) that a SyncDir has not made
-//     durable.
+//     unsynced state apart; Crash (or CrashClone, which leaves the Mem alone)
+//     discards unsynced file data, or keeps a torn, random or garbage part of
+//     it as the CrashMode says, and every directory entry (create, rename,
+//     remove) that a SyncDir has not made durable (CrashMetadataPrefix keeps
+//     a random prefix of those instead).
 //   - Faulty: a wrapper that injects errors (fail the Nth sync or write, ENOSPC
 //     after N bytes, ...).
 //   - Counting: a wrapper that counts file syncs, directory syncs, renames and
