@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/segkv/segkv/vfs"
 )
 
 // runCmd runs segbench in-process and returns its exit code and outputs.
@@ -146,6 +148,9 @@ func TestSealBothJSON(t *testing.T) {
 		require.LessOrEqual(t, r["fsyncs_per_seal"].(float64), 2.0)
 		require.EqualValues(t, 0, r["renames_per_seal"])
 		require.EqualValues(t, 0, r["dirsyncs_per_seal"])
+		// The next live file's barriers are made in the background and
+		// reported as such, not hidden and not charged to the seal.
+		require.Positive(t, r["bg_dirsyncs_per_seal"])
 	}
 	ratio := rows[4]
 	require.Equal(t, sorted("protocol", "segments", "us_per_seal", "fsyncs_per_seal", "manifest_bytes_written_per_seal"), keys(ratio))
@@ -263,4 +268,36 @@ func TestNiceTicks(t *testing.T) {
 	require.Equal(t, "1.5k", human(1500))
 	require.Equal(t, "2M", human(2e6))
 	require.Equal(t, "0.25", human(0.25))
+}
+
+// Flags without a subcommand are seal's: `make bench BENCHARGS="-segments
+// 100 -step 50"` works as well as `seal -segments 100 -step 50`.
+func TestNoSubcommandIsSeal(t *testing.T) {
+	code, out, errOut := runCmd(t, "-protocol", "legacy", "-segments", "2", "-step", "1", "-json", "-fs", "mem")
+	require.Equal(t, exitOK, code, errOut)
+	rows := jsonRows(t, out)
+	require.Len(t, rows, 2)
+	require.Equal(t, "legacy", rows[0]["protocol"])
+	// Progress is for terminals only: a buffer gets none.
+	require.Empty(t, errOut)
+}
+
+func TestClassifierCountsCallersOwnBarriersAsForeground(t *testing.T) {
+	require.True(t, isBackgroundFrame("github.com/segkv/segkv/segstore.(*background).run"))
+	require.True(t, isBackgroundFrame("github.com/segkv/segkv/manifestlog.(*Log).maybeRotate.func1"))
+	require.False(t, isBackgroundFrame("github.com/segkv/segkv/segstore.(*Store).Seal"))
+
+	c := newCounted(vfs.NewMem())
+	require.NoError(t, c.cnt.MkdirAll("/d"))
+	f, err := c.cls.Create("/d/f")
+	require.NoError(t, err)
+	require.NoError(t, f.Sync())
+	require.NoError(t, f.Close())
+	require.NoError(t, c.cls.Rename("/d/f", "/d/g"))
+	require.NoError(t, c.cls.SyncDir("/d"))
+	fg := c.foreground()
+	require.Equal(t, opCounts{Syncs: 1, DirSyncs: 1, Renames: 1, Creates: 1}, opCounts{fg.Syncs, fg.DirSyncs, fg.Renames, fg.Creates, 0})
+	require.Equal(t, opCounts{}, c.background())
+	total, _ := c.totals()
+	require.True(t, total.sameOps(fg))
 }
