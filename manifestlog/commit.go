@@ -3,6 +3,7 @@ package manifestlog
 import (
 	"bytes"
 	"fmt"
+	"slices"
 
 	"github.com/segkv/segkv/wal"
 )
@@ -107,7 +108,8 @@ func editSize(e *Edit) int {
 
 // validateStatic checks what needs no state.
 func validateStatic(e *Edit) error {
-	seen := make(map[uint64]bool, len(e.Add)+len(e.Remove))
+	n := len(e.Add) + len(e.Remove)
+	ids := make([]uint64, 0, n)
 	for i := range e.Add {
 		m := &e.Add[i]
 		if m.ID == 0 {
@@ -116,19 +118,22 @@ func validateStatic(e *Edit) error {
 		if m.DataLength < 0 {
 			return fmt.Errorf("%w: segment %d has negative length %d", ErrInvalidEdit, m.ID, m.DataLength)
 		}
-		if seen[m.ID] {
-			return fmt.Errorf("%w: segment %d added twice", ErrInvalidEdit, m.ID)
-		}
-		seen[m.ID] = true
+		ids = append(ids, m.ID)
 	}
 	for _, id := range e.Remove {
 		if id == 0 {
 			return fmt.Errorf("%w: segment id 0", ErrInvalidEdit)
 		}
-		if seen[id] {
-			return fmt.Errorf("%w: segment %d both added and removed, or removed twice", ErrInvalidEdit, id)
+		ids = append(ids, id)
+	}
+	if n > 1 {
+		// Sorting finds duplicates in O(n log n) without a map per commit.
+		slices.Sort(ids)
+		for i := 1; i < n; i++ {
+			if ids[i] == ids[i-1] {
+				return fmt.Errorf("%w: segment %d appears twice (added twice, removed twice, or both)", ErrInvalidEdit, ids[i])
+			}
 		}
-		seen[id] = true
 	}
 	return nil
 }
@@ -222,10 +227,8 @@ func (l *Log) writeBatch() {
 	for _, p := range batch {
 		buf = wal.AppendFrame(buf, p.payload, uint64(wm))
 	}
-	err := l.ensureAlloc(f, &l.alloc, off+int64(len(buf)))
-	if err == nil {
-		_, err = f.WriteAt(buf, off)
-	}
+	l.ensureAlloc(f, &l.alloc, off+int64(len(buf)))
+	_, err := f.WriteAt(buf, off)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -299,17 +302,20 @@ func (l *Log) apply(e *Edit, seq uint64) {
 // grow with the file, so that most appends overwrite allocated space and
 // their fdatasync need not commit a size change. The caller holds the write
 // token (alloc is the token holder's).
-func (l *Log) ensureAlloc(f allocFile, alloc *int64, need int64) error {
+func (l *Log) ensureAlloc(f allocFile, alloc *int64, need int64) {
 	if l.opts.PreallocateBytes < 0 || need <= *alloc {
-		return nil
+		return
 	}
 	chunk := max(l.opts.PreallocateBytes, min(need/8, 8<<20))
 	target := need + chunk
 	if err := f.Preallocate(*alloc, target-*alloc); err != nil {
-		return fmt.Errorf("preallocate: %w", err)
+		// Preallocation only makes the barrier cheaper: go on without it
+		// (the write then extends the file, and fails itself if the disk
+		// is really full). Nothing was written, so nothing is at risk.
+		l.log.Warn("manifestlog: preallocation failed; appending without it", "err", err)
+		return
 	}
 	*alloc = target
-	return nil
 }
 
 type allocFile interface {

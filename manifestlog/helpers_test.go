@@ -1,7 +1,6 @@
 package manifestlog
 
 import (
-	"bytes"
 	"encoding/binary"
 	"fmt"
 	"maps"
@@ -88,21 +87,6 @@ func requireStateEqual(t testing.TB, want, got State, msgAndArgs ...any) {
 		return out
 	}
 	require.Equal(t, norm(want), norm(got), msgAndArgs...)
-}
-
-func stateEqual(a, b State) bool {
-	if a.Seq != b.Seq || a.LiveID != b.LiveID || a.NextID != b.NextID || a.NextOrder != b.NextOrder || len(a.Segments) != len(b.Segments) {
-		return false
-	}
-	for id, x := range a.Segments {
-		y, ok := b.Segments[id]
-		if !ok || x.ID != y.ID || x.FileKind != y.FileKind || x.Order != y.Order || x.DataLength != y.DataLength ||
-			x.DataDigest != y.DataDigest || x.IndexChecksum != y.IndexChecksum || x.Records != y.Records ||
-			x.Keys != y.Keys || !bytes.Equal(x.MinKey, y.MinKey) || !bytes.Equal(x.MaxKey, y.MaxKey) || x.AddedSeq != y.AddedSeq {
-			return false
-		}
-	}
-	return true
 }
 
 // workload produces a deterministic mix of adds, removes, merges and live

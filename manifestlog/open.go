@@ -3,7 +3,6 @@ package manifestlog
 import (
 	"errors"
 	"fmt"
-	"io"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -307,6 +306,15 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 			rep.RemovedBroken = append(rep.RemovedBroken, g.path)
 			rep.Actions = append(rep.Actions, "removed incomplete newer generation "+g.path)
 		}
+		// The generation's directory entry may not be durable yet if the
+		// process that created it was killed before its directory sync
+		// (no crash of the machine, so Open still sees it). Commits are
+		// about to be acknowledged in it: make it durable. The removals
+		// above ride along.
+		if err := fsys.SyncDir(dir); err != nil {
+			l.f.Close()
+			return nil, State{}, rep, fmt.Errorf("manifestlog: sync dir %s at open: %w", dir, err)
+		}
 	}
 	if len(gens) > 0 {
 		l.maxGen = max(l.maxGen, gens[len(gens)-1].gen)
@@ -335,52 +343,29 @@ func (l *Log) openTail(ld *loaded, rep *Report) error {
 		return fmt.Errorf("manifestlog: open %s: %w", l.path, err)
 	}
 	end := ld.scan.End
+	// wal.Scan reports Torn whenever a non-zero byte follows End; when it
+	// does not, [End, size) is preallocated zero fill and stays.
 	dirty := ld.scan.Torn
-	if !dirty && ld.size > end {
-		dirty, err = nonZero(f, end, ld.size)
-		if err != nil {
-			f.Close()
-			return err
-		}
-	}
 	alloc := ld.size
 	if dirty {
 		if err := f.Truncate(end); err != nil {
 			f.Close()
 			return fmt.Errorf("manifestlog: truncate %s at %d: %w", l.path, end, err)
 		}
-		if err := f.Sync(); err != nil {
-			f.Close()
-			return fmt.Errorf("manifestlog: sync %s after truncation: %w", l.path, err)
-		}
-		l.stats.Syncs++
 		alloc = end
 		rep.TruncatedPath, rep.TruncatedAt, rep.TruncatedBytes = l.path, end, ld.size-end
 		rep.Actions = append(rep.Actions, fmt.Sprintf("truncated torn tail of %s at offset %d (%d bytes)", l.path, end, ld.size-end))
 	}
+	// Always sync once: what Open read may be in the page cache only (the
+	// previous process can have been killed between its write and its
+	// fdatasync), and the frames appended from now on claim, through
+	// their watermark, that everything before them is durable. The same
+	// sync makes a truncation durable.
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return fmt.Errorf("manifestlog: sync %s at open: %w", l.path, err)
+	}
+	l.stats.Syncs++
 	l.f, l.end, l.synced, l.alloc = f, end, end, alloc
 	return nil
-}
-
-// nonZero reports whether f holds a non-zero byte in [from, to).
-func nonZero(f vfs.File, from, to int64) (bool, error) {
-	buf := make([]byte, 64<<10)
-	for off := from; off < to; {
-		n := min(int64(len(buf)), to-off)
-		got, err := f.ReadAt(buf[:n], off)
-		if err != nil && !errors.Is(err, io.EOF) {
-			return false, fmt.Errorf("manifestlog: read %s at %d: %w", f.Name(), off, err)
-		}
-		if got == 0 {
-			return false, nil
-		}
-		n = int64(got)
-		for _, b := range buf[:n] {
-			if b != 0 {
-				return true, nil
-			}
-		}
-		off += n
-	}
-	return false, nil
 }

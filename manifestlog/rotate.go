@@ -30,15 +30,14 @@ type snapshot struct {
 // (watermark 0: nothing of the new file is synced yet), preallocates ahead,
 // and syncs the file. It returns the file, the checkpoint's end offset and
 // the allocated size. The caller makes the directory entry durable.
-func (l *Log) writeCheckpoint(path string, s *snapshot) (f vfs.File, end, alloc int64, err error) {
-	f, err = l.fsys.Create(path)
+func (l *Log) writeCheckpoint(path string, s *snapshot) (_ vfs.File, end, alloc int64, err error) {
+	f, err := l.fsys.Create(path)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("manifestlog: create %s: %w", path, err)
 	}
 	defer func() {
 		if err != nil {
 			f.Close()
-			f = nil
 		}
 	}()
 	// Deterministic output (sorted by id): the golden file and the
@@ -53,9 +52,7 @@ func (l *Log) writeCheckpoint(path string, s *snapshot) (f vfs.File, end, alloc 
 	buf = wal.AppendFrame(buf, appendHeader(nil, s.gen), 0)
 	buf = wal.AppendFrame(buf, appendCheckpoint(nil, s.seq, s.liveID, s.nextID, s.nextOrder, uint64(len(ids))), 0)
 	flush := func() error {
-		if err := l.ensureAlloc(f, &alloc, end+int64(len(buf))); err != nil {
-			return err
-		}
+		l.ensureAlloc(f, &alloc, end+int64(len(buf)))
 		if _, err := f.WriteAt(buf, end); err != nil {
 			return err
 		}
@@ -113,10 +110,8 @@ func (l *Log) create(gen uint64) error {
 	}
 	l.stats.Syncs++
 	act := wal.AppendFrame(nil, appendActivate(nil, s.seq), uint64(end))
-	err = l.ensureAlloc(f, &alloc, end+int64(len(act)))
-	if err == nil {
-		_, err = f.WriteAt(act, end)
-	}
+	l.ensureAlloc(f, &alloc, end+int64(len(act)))
+	_, err = f.WriteAt(act, end)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -254,10 +249,8 @@ func (l *Log) rotate() error {
 	buf = wal.AppendFrame(buf, appendActivate(nil, seq), uint64(ckptEnd))
 	l.mu.Unlock()
 
-	err = l.ensureAlloc(f, &alloc, ckptEnd+int64(len(buf)))
-	if err == nil {
-		_, err = f.WriteAt(buf, ckptEnd)
-	}
+	l.ensureAlloc(f, &alloc, ckptEnd+int64(len(buf)))
+	_, err = f.WriteAt(buf, ckptEnd)
 	if err == nil {
 		err = f.Sync()
 	}
