@@ -34,7 +34,7 @@ func probes(entries []Entry, count int, present bool) [][]byte {
 		if present {
 			out[i] = entries[j].Key
 		} else {
-			out[i] = fmt.Appendf(nil, "user:%026dx", j) // sorts among the keys, never equal
+			out[i] = fmt.Appendf(nil, "user:%027dx", j) // sorts right after key j, never equal
 		}
 	}
 	return out

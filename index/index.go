@@ -121,6 +121,11 @@ const (
 	maxBloomK = 64
 	// falsePositiveRate is the bloom filter's target false-positive rate.
 	falsePositiveRate = 0.01
+	// fenceStride is the number of search words per fence: Decode samples
+	// every fenceStride-th word into a small array (8 bytes per 64 keys) that
+	// stays in cache, so a lookup binary-searches it first and then a single
+	// 512-byte run of words instead of ~20 levels of mostly cold words.
+	fenceStride = 64
 )
 
 // Header field offsets, named so that errors can point at the field.
@@ -164,10 +169,11 @@ type Identity struct {
 type Index struct {
 	data     []byte // the whole file
 	n        int
-	prefix   []byte // the P bytes every key starts with
-	words    []byte // n big-endian u64 search words
-	offs     []byte // (n+1) u32 record offsets
-	recs     []byte // record area
+	prefix   []byte   // the P bytes every key starts with
+	words    []byte   // n big-endian u64 search words
+	fences   []uint64 // words[0], words[fenceStride], ...: derived at Decode
+	offs     []byte   // (n+1) u32 record offsets
+	recs     []byte   // record area
 	filter   *bloom.BloomFilter
 	checksum uint64
 	id       Identity
@@ -272,8 +278,8 @@ func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err err
 // panics.
 //
 // Cost: one xxhash pass over data, one pass over the offset array and record
-// headers, and a copy of the bloom filter's words (about 1.2 bytes per key);
-// no per-key allocation.
+// headers, a copy of the bloom filter's words (about 1.2 bytes per key) and
+// one sampled search word per 64 keys; no per-key allocation.
 func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index, error) {
 	le := binary.LittleEndian
 	size := uint64(len(data))
@@ -392,11 +398,17 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 	for i := range words {
 		words[i] = le.Uint64(data[headerSize+8*i:])
 	}
+	searchWords := data[wordsStart:offsStart]
+	fences := make([]uint64, (n+fenceStride-1)/fenceStride)
+	for i := range fences {
+		fences[i] = binary.BigEndian.Uint64(searchWords[8*fenceStride*i:])
+	}
 	return &Index{
 		data:     data,
 		n:        int(n),
 		prefix:   prefix,
-		words:    data[wordsStart:offsStart],
+		words:    searchWords,
+		fences:   fences,
 		offs:     offs,
 		recs:     recs,
 		filter:   bloom.FromWithM(words, uint(m), uint(k)),
@@ -465,9 +477,9 @@ func (ix *Index) Identity() Identity { return ix.id }
 func (ix *Index) Bytes() []byte { return ix.data }
 
 // SizeBytes returns the memory the index holds: the encoded file plus the
-// decoded bloom filter words.
+// decoded bloom filter words and the fences.
 func (ix *Index) SizeBytes() int {
-	return len(ix.data) + 8*len(ix.filter.BitSet().Words())
+	return len(ix.data) + 8*len(ix.filter.BitSet().Words()) + 8*len(ix.fences)
 }
 
 // MayContain reports whether key may be in the index. False is definite;
@@ -512,14 +524,47 @@ func (ix *Index) Search(key []byte) int {
 		}
 		return ix.n
 	}
-	// Lower bound under (search word, then whole key): the word order is a
-	// coarsening of the key order, so the result is the key-order lower
-	// bound, and records are read only on ties.
 	w := searchWord(key[len(p):])
-	lo, hi := 0, ix.n
+
+	// First L, the first position whose word is >= w: the fences narrow it
+	// to one run of fenceStride words. fences[s-1] < w <= fences[s] puts L
+	// in ((s-1)*fenceStride, s*fenceStride].
+	lo, hi := 0, len(ix.fences)
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
-		mw := binary.BigEndian.Uint64(ix.words[8*mid:])
+		if ix.fences[mid] < w {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	s := lo
+	lo, hi = 0, min(s*fenceStride, ix.n)
+	if s > 0 {
+		lo = (s-1)*fenceStride + 1
+	}
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if ix.word(mid) < w {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == ix.n || ix.word(lo) != w {
+		return lo // no key shares w: L is the answer without reading a record
+	}
+	// Keys whose words tie with w: find the end of the tie run by galloping,
+	// then order inside it by (word, whole key). The word order coarsens the
+	// key order, so this is the key-order lower bound.
+	step := 1
+	for lo+step < ix.n && ix.word(lo+step) == w {
+		step *= 2
+	}
+	hi = min(lo+step, ix.n)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		mw := ix.word(mid)
 		if mw < w || (mw == w && bytes.Compare(ix.key(mid), key) < 0) {
 			lo = mid + 1
 		} else {
@@ -527,6 +572,10 @@ func (ix *Index) Search(key []byte) int {
 		}
 	}
 	return lo
+}
+
+func (ix *Index) word(i int) uint64 {
+	return binary.BigEndian.Uint64(ix.words[8*i:])
 }
 
 // At returns entry i, 0 <= i < Len(); like a slice index, an i out of range

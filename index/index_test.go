@@ -579,3 +579,76 @@ func TestConcurrentReads(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestSearchAcrossFences checks Search against a reference lower bound on
+// indexes large enough to span many fences, with long runs of keys whose
+// search words tie (runs longer than a fence stride, runs crossing fence
+// boundaries, and ties created by zero padding).
+func TestSearchAcrossFences(t *testing.T) {
+	var keys [][]byte
+	for a := range byte(4) {
+		for b := range 300 {
+			keys = append(keys, fmt.Appendf(nil, "%cXXXXXXXX%04d", 'a'+a, b)) // 300 ties per a
+		}
+		keys = append(keys, []byte{'a' + a}, []byte{'a' + a, 0}, []byte{'a' + a, 0, 0}, []byte{'a' + a, 0, 1})
+	}
+	for i := range 700 {
+		keys = append(keys, fmt.Appendf(nil, "z%d", i*7919%100000))
+	}
+	slices.SortFunc(keys, bytes.Compare)
+	keys = slices.CompactFunc(keys, bytes.Equal)
+	entries := make([]Entry, len(keys))
+	for i, k := range keys {
+		entries[i] = Entry{Key: k, Kind: KindPut, Offset: int64(i), Length: 1}
+	}
+	data, sum := mustEncode(t, entries, testID)
+	ix, err := Decode("f.idx", data, sum, testID)
+	require.NoError(t, err)
+	require.Greater(t, len(ix.fences), 20)
+	checkIndex(t, ix, entries)
+
+	check := func(p []byte) {
+		want, found := slices.BinarySearchFunc(entries, p, func(e Entry, k []byte) int { return bytes.Compare(e.Key, k) })
+		require.Equal(t, want, ix.Search(p), "Search(%q)", p)
+		_, ok := ix.Get(p)
+		require.Equal(t, found, ok, "Get(%q)", p)
+	}
+	for _, k := range keys {
+		check(append(bytes.Clone(k), 0))
+		check(append(bytes.Clone(k), 0xff))
+		if len(k) > 0 {
+			check(k[:len(k)-1])
+			bumped := bytes.Clone(k)
+			bumped[len(bumped)-1]++
+			check(bumped)
+		}
+	}
+	for _, p := range []string{"", "\x00", "a\x00\x00\x00", "bXXXXXXX", "bXXXXXXXX", "bXXXXXXXX9", "y", "{"} {
+		check([]byte(p))
+	}
+}
+
+// TestRoundTripPropertyLarge is the round-trip property on larger, denser
+// key sets, so that fences and tie runs are exercised at random.
+func TestRoundTripPropertyLarge(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		keyGen := rapid.SliceOfN(rapid.ByteRange(0, 2), 0, 12)
+		keys := rapid.SliceOfNDistinct(keyGen, 100, 1500, func(k []byte) string { return string(k) }).Draw(rt, "keys")
+		slices.SortFunc(keys, bytes.Compare)
+		entries := make([]Entry, len(keys))
+		for i, k := range keys {
+			entries[i] = Entry{Key: k, Kind: KindDelete, Offset: int64(i), Length: 3}
+		}
+		data, sum, err := Encode(entries, testID)
+		require.NoError(rt, err)
+		ix, err := Decode("p.idx", data, sum, testID)
+		require.NoError(rt, err)
+		checkIndex(rt, ix, entries)
+		for _, p := range rapid.SliceOfN(keyGen, 1, 100).Draw(rt, "probes") {
+			want, found := slices.BinarySearchFunc(entries, p, func(e Entry, k []byte) int { return bytes.Compare(e.Key, k) })
+			require.Equal(rt, want, ix.Search(p), "Search(%q)", p)
+			_, ok := ix.Get(p)
+			require.Equal(rt, found, ok, "Get(%q)", p)
+		}
+	})
+}
