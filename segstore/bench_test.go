@@ -3,9 +3,11 @@ package segstore
 import (
 	"encoding/binary"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/segkv/segkv/vfs"
 )
@@ -116,4 +118,65 @@ func BenchmarkGetMiss(b *testing.B) {
 			}
 		}
 	})
+}
+
+// BenchmarkPutWhileMerging measures durable puts from 32 writers with the
+// background merge busy (small segments, eager policy) against the same
+// workload with merging disabled: throughput and latency percentiles. A merge
+// step must never stall writers: compare p99 and max between the two.
+func BenchmarkPutWhileMerging(b *testing.B) {
+	for _, merging := range []bool{false, true} {
+		name := "merge=off"
+		if merging {
+			name = "merge=on"
+		}
+		b.Run(name, func(b *testing.B) {
+			o := &Options{SegmentSize: 256 << 10, Merge: MergeOptions{Disable: !merging, MinRun: 2, SizeRatio: 16}}
+			s, err := Open(b.TempDir(), o)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer s.Close()
+			const writers = 32
+			lat := make([][]time.Duration, writers)
+			var next atomic.Uint64
+			b.ResetTimer()
+			start := time.Now()
+			var wg sync.WaitGroup
+			for w := 0; w < writers; w++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for {
+						i := next.Add(1)
+						if i > uint64(b.N) {
+							return
+						}
+						// A bounded key space, so merges have superseded values to drop.
+						t0 := time.Now()
+						if err := s.Put(benchKey(i%20000), benchValue); err != nil {
+							b.Error(err)
+							return
+						}
+						lat[w] = append(lat[w], time.Since(t0))
+					}
+				}()
+			}
+			wg.Wait()
+			elapsed := time.Since(start)
+			b.StopTimer()
+			var all []time.Duration
+			for _, l := range lat {
+				all = append(all, l...)
+			}
+			slices.Sort(all)
+			pct := func(p float64) float64 { return float64(all[int(p*float64(len(all)-1))].Microseconds()) }
+			b.ReportMetric(float64(b.N)/elapsed.Seconds(), "puts/s")
+			b.ReportMetric(pct(0.50), "p50-us")
+			b.ReportMetric(pct(0.99), "p99-us")
+			b.ReportMetric(pct(0.999), "p999-us")
+			b.ReportMetric(float64(all[len(all)-1].Microseconds()), "max-us")
+			b.ReportMetric(float64(s.Metrics().Merges), "merges")
+		})
+	}
 }
