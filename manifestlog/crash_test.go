@@ -124,7 +124,7 @@ func runCrashWorkload(t *testing.T, seed uint64, steps int) (c crashCounts) {
 	require.NoError(t, l.Close())
 	mem.SetSyncHook(nil)
 
-	for _, img := range images {
+	for i, img := range images {
 		mid, before := classify(t, img.fs)
 		if mid {
 			c.midRotation++
@@ -143,7 +143,12 @@ func runCrashWorkload(t *testing.T, seed uint64, steps int) (c crashCounts) {
 		require.GreaterOrEqual(t, st.Seq, uint64(img.acked), "%s: lost an acknowledged commit", img.label)
 		require.Less(t, int(st.Seq), len(history), img.label)
 		requireStateEqual(t, history[st.Seq], st, img.label)
-		// The recovered log accepts commits and keeps them.
+		if i%5 != 0 {
+			require.NoError(t, l.Close())
+			continue
+		}
+		// The recovered log accepts commits and keeps them (checked on a
+		// fifth of the images, which rotates through the modes).
 		seq, err := l.Commit(Edit{})
 		require.NoError(t, err, img.label)
 		require.Equal(t, st.Seq+1, seq)

@@ -2,7 +2,9 @@ package manifestlog
 
 import (
 	"errors"
+	"runtime"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 
@@ -431,4 +433,122 @@ func TestIncompleteGenerations(t *testing.T) {
 		require.Equal(t, uint64(3), st.Seq)
 		require.Equal(t, []string{old}, rep.RemovedOld)
 	})
+}
+
+// TestCopyForward commits while a rotation is writing its checkpoint (from
+// the sync hook of the new generation, so deterministically): the commits
+// are not blocked by the checkpoint write, land in the old generation, are
+// copied into the new one before it is activated, and survive a reopen.
+func TestCopyForward(t *testing.T) {
+	mem := vfs.NewMem()
+	l, _, _ := openLog(t, mem, Options{MinCheckpointBytes: 1 << 40})
+	m := newModel()
+	commit := func(e Edit) uint64 {
+		seq, err := l.Commit(e)
+		require.NoError(t, err)
+		m.apply(e)
+		return seq
+	}
+	for id := uint64(1); id <= 20; id++ {
+		commit(Edit{Add: []SegmentMeta{seg(id)}})
+	}
+	snap := l.Seq()
+	fired := false
+	during := []uint64{}
+	mem.SetSyncHook(func(ev vfs.SyncEvent) {
+		if fired || !ev.Before || ev.Kind != vfs.FileSync || !strings.HasSuffix(ev.Name, genName(2)) {
+			return
+		}
+		fired = true
+		// The checkpoint of generation 2 is written, not yet synced or
+		// activated; commits go on in generation 1.
+		during = append(during, commit(Edit{Add: []SegmentMeta{seg(21)}, Remove: []uint64{1}}))
+		during = append(during, commit(Edit{Remove: []uint64{2, 3}, SetLive: true, LiveID: 30}))
+		during = append(during, commit(Edit{Add: []SegmentMeta{seg(22)}}))
+		require.Equal(t, uint64(1), l.Stats().Generation)
+		require.Contains(t, l.State().Segments, uint64(21), "State sees commits made during the rotation")
+		require.NotContains(t, l.State().Segments, uint64(1))
+	})
+	require.NoError(t, l.Checkpoint())
+	mem.SetSyncHook(nil)
+	require.True(t, fired)
+	st := l.Stats()
+	require.Equal(t, uint64(2), st.Generation)
+	require.Equal(t, uint64(3), st.CopiedForward)
+	requireStateEqual(t, m.clone(), l.State())
+
+	// The checkpoint covers snap; the copied edits are changes after it.
+	add, rem, ok := l.Changes(snap)
+	require.True(t, ok)
+	require.Equal(t, []uint64{21, 22}, ids(add))
+	require.Equal(t, []uint64{1, 2, 3}, rem)
+	_, _, ok = l.Changes(snap - 1)
+	require.False(t, ok)
+
+	commit(Edit{Add: []SegmentMeta{seg(23)}})
+	require.NoError(t, l.Close())
+	require.Len(t, manifestFiles(t, mem), 1)
+	l2, got, rep := openLog(t, mem, Options{})
+	defer l2.Close()
+	require.Empty(t, rep.Actions)
+	require.Equal(t, snap, rep.CheckpointSeq)
+	require.Equal(t, 4, rep.Replayed)
+	requireStateEqual(t, m.clone(), got)
+	add, _, ok = l2.Changes(snap)
+	require.True(t, ok)
+	require.Equal(t, []uint64{21, 22, 23}, ids(add))
+}
+
+// TestGroupCommitSharesSync holds the first commit's fdatasync until seven
+// more commits are queued, then checks that those seven were written by one
+// leader in one write and made durable by one more sync.
+func TestGroupCommitSharesSync(t *testing.T) {
+	mem := vfs.NewMem()
+	cfs := vfs.NewCounting(mem)
+	l, _, _ := openLog(t, cfs, Options{})
+	defer l.Close()
+	queued := func() int {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		return len(l.queue)
+	}
+	var once sync.Once
+	mem.SetSyncHook(func(ev vfs.SyncEvent) {
+		if ev.Before && ev.Kind == vfs.FileSync {
+			once.Do(func() {
+				for queued() < 7 {
+					runtime.Gosched()
+				}
+			})
+		}
+	})
+	before := cfs.Counts()
+	var wg sync.WaitGroup
+	for i := 1; i <= 8; i++ {
+		wg.Add(1)
+		go func(id uint64) {
+			defer wg.Done()
+			_, err := l.Commit(Edit{Add: []SegmentMeta{seg(id)}})
+			assertNoError(t, err)
+		}(uint64(i))
+		if i == 1 {
+			// Let the first commit become the leader and reach its sync.
+			for {
+				l.mu.Lock()
+				busy := l.writing && len(l.queue) == 0
+				l.mu.Unlock()
+				if busy {
+					break
+				}
+				runtime.Gosched()
+			}
+		}
+	}
+	wg.Wait()
+	mem.SetSyncHook(nil)
+	after := cfs.Counts()
+	require.Equal(t, int64(2), after.Syncs-before.Syncs, "8 commits, 2 fdatasyncs")
+	require.Equal(t, int64(2), after.Writes-before.Writes, "8 commits, 2 writes")
+	require.Equal(t, uint64(8), l.Seq())
+	require.Len(t, l.State().Segments, 8)
 }

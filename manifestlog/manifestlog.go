@@ -135,7 +135,7 @@ type Report struct {
 	Replayed       int      // edits replayed after the checkpoint
 	TruncatedPath  string   // torn tail: the file truncated ...
 	TruncatedAt    int64    // ... at this offset ...
-	TruncatedBytes int64    // ... dropping this many bytes (zero fill excluded)
+	TruncatedBytes int64    // ... dropping this many bytes (up to the last non-zero one)
 	RemovedOld     []string // older generations removed
 	RemovedBroken  []string // newer generations that were never activated, removed
 	Actions        []string // every repair, in words (also logged at WARN)
@@ -150,6 +150,7 @@ type Stats struct {
 	Syncs                uint64 // fdatasyncs of manifest files (commits, rotations, repairs)
 	Rotations            uint64
 	RotationFailures     uint64
+	CopiedForward        uint64 // edits committed during a rotation and copied into the new generation
 }
 
 // ErrClosed is returned by Commit after Close.

@@ -353,8 +353,8 @@ func (l *Log) openTail(ld *loaded, rep *Report) error {
 			return fmt.Errorf("manifestlog: truncate %s at %d: %w", l.path, end, err)
 		}
 		alloc = end
-		rep.TruncatedPath, rep.TruncatedAt, rep.TruncatedBytes = l.path, end, ld.size-end
-		rep.Actions = append(rep.Actions, fmt.Sprintf("truncated torn tail of %s at offset %d (%d bytes)", l.path, end, ld.size-end))
+		rep.TruncatedPath, rep.TruncatedAt, rep.TruncatedBytes = l.path, end, ld.scan.TornBytes
+		rep.Actions = append(rep.Actions, fmt.Sprintf("truncated torn tail of %s at offset %d (%d bytes)", l.path, end, ld.scan.TornBytes))
 	}
 	// Always sync once: what Open read may be in the page cache only (the
 	// previous process can have been killed between its write and its

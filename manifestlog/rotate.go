@@ -274,6 +274,7 @@ func (l *Log) rotate() error {
 	l.ckptEnd, l.ckptSeq = ckptEnd, s.seq
 	l.end = ckptEnd + int64(len(buf))
 	l.synced, l.alloc = l.end, alloc
+	l.stats.CopiedForward += uint64(len(l.backlog))
 	l.unfreeze()
 	// The change lists restart at the checkpoint: what is older is in it.
 	i, _ := slices.BinarySearchFunc(l.adds, s.seq+1, func(a added, t uint64) int { return cmpU64(a.seq, t) })
