@@ -130,7 +130,7 @@ func TestModelWithMergesSnapshotsIterators(t *testing.T) {
 // a snapshot can still read, and that it goes once the snapshot closes.
 func TestRetiredFilesOutliveSnapshots(t *testing.T) {
 	fsys := vfs.NewMem()
-	s := mustOpen(t, "/db", &Options{FS: fsys, Merge: MergeOptions{Disable: true}})
+	s := mustOpen(t, "/db", &Options{FS: fsys, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
 	for i := 0; i < 4; i++ {
 		require.NoError(t, s.Put([]byte("k"), []byte(fmt.Sprint(i))))
 		require.NoError(t, s.Seal())

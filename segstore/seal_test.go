@@ -164,7 +164,7 @@ func TestIndexDamageIsRebuilt(t *testing.T) {
 	for name, fn := range damage {
 		t.Run(name, func(t *testing.T) {
 			mem := vfs.NewMem()
-			o := &Options{FS: mem, Merge: MergeOptions{Disable: true}}
+			o := &Options{FS: mem, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
 			s := mustOpen(t, "/db", o)
 			m := model{}
 			for seg := 0; seg < 2; seg++ {

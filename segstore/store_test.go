@@ -91,7 +91,7 @@ func TestPutGetDeleteRoundTrip(t *testing.T) {
 
 func TestInputValidation(t *testing.T) {
 	fsys := vfs.NewMem()
-	s := mustOpen(t, "/db", &Options{FS: fsys, MaxKeySize: 8, MaxValueSize: 16})
+	s := mustOpen(t, "/db", &Options{FS: fsys, MaxKeySize: 8, MaxValueSize: 16, SegmentSize: 64 << 10})
 	require.ErrorIs(t, s.Put(bytes.Repeat([]byte("k"), 9), nil), ErrKeyTooLarge)
 	require.ErrorIs(t, s.Put([]byte("k"), bytes.Repeat([]byte("v"), 17)), ErrValueTooLarge)
 	require.ErrorIs(t, s.Delete(bytes.Repeat([]byte("k"), 9)), ErrKeyTooLarge)
@@ -107,7 +107,7 @@ func TestInputValidation(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotFound)
 
 	require.ErrorIs(t, s.Apply(nil), ErrInvalidBatch)
-	other := mustOpen(t, "/other", &Options{FS: fsys})
+	other := mustOpen(t, "/other", smallOpts(fsys))
 	ob := other.NewBatch()
 	require.NoError(t, ob.Put([]byte("x"), nil))
 	require.ErrorIs(t, s.Apply(ob), ErrInvalidBatch)
@@ -139,8 +139,8 @@ func TestSecondOpenIsLocked(t *testing.T) {
 	require.NoError(t, s.Close())
 
 	mem := vfs.NewMem()
-	s = mustOpen(t, "/db", &Options{FS: mem})
-	_, err = Open("/db", &Options{FS: mem})
+	s = mustOpen(t, "/db", smallOpts(mem))
+	_, err = Open("/db", smallOpts(mem))
 	require.ErrorIs(t, err, ErrLocked)
 	require.NoError(t, s.Close())
 }

@@ -38,7 +38,7 @@ func readers(streams [][]byte) []io.Reader {
 }
 
 func TestExportImportRoundTrip(t *testing.T) {
-	a := mustOpen(t, "/a", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+	a := mustOpen(t, "/a", &Options{FS: vfs.NewMem(), SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
 	m := model{}
 	for i := 0; i < 500; i++ {
 		k, v := fmt.Sprintf("key-%03d", i%170), fmt.Sprintf("value-%d", i)
@@ -59,7 +59,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	bfs := vfs.NewCounting(vfs.NewMem())
 	// Merging is off so that the imported segments keep their digests: the
 	// skip-by-digest rule applies to segments still present (see docs/SYNC.md).
-	b := mustOpen(t, "/b", &Options{FS: bfs, Merge: MergeOptions{Disable: true}})
+	b := mustOpen(t, "/b", &Options{FS: bfs, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
 	infos, err := b.Import(context.Background(), readers(streams)...)
 	require.NoError(t, err)
 	require.Len(t, infos, 10)
@@ -75,7 +75,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 	require.Empty(t, infos)
 	require.Equal(t, seq, b.ManifestSeq())
 	checkAndClose(t, b)
-	b = mustOpen(t, "/b", &Options{FS: bfs, Merge: MergeOptions{Disable: true}})
+	b = mustOpen(t, "/b", &Options{FS: bfs, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
 	require.NoError(t, diff(b, m, 170))
 	checkAndClose(t, b)
 	checkAndClose(t, a)
@@ -84,7 +84,7 @@ func TestExportImportRoundTrip(t *testing.T) {
 // TestImportBatchCost checks that importing N segments in one call costs one
 // manifest commit and one directory sync, and manifest bytes linear in N.
 func TestImportBatchCost(t *testing.T) {
-	src := mustOpen(t, "/src", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+	src := mustOpen(t, "/src", &Options{FS: vfs.NewMem(), SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
 	const maxN = 1000
 	for i := 0; i < maxN; i++ {
 		require.NoError(t, src.Put([]byte(fmt.Sprintf("key-%05d", i)), []byte("v")))
@@ -97,7 +97,7 @@ func TestImportBatchCost(t *testing.T) {
 	perSeg := map[int]float64{}
 	for _, n := range []int{1, 10, 100, 1000} {
 		cfs := vfs.NewCounting(vfs.NewMem())
-		dst := mustOpen(t, "/dst", &Options{FS: cfs, Merge: MergeOptions{Disable: true}})
+		dst := mustOpen(t, "/dst", &Options{FS: cfs, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
 		// Let the background spare settle so its syncs are not counted.
 		require.Eventually(t, func() bool { return dst.Metrics().SparesMade >= 2 }, timeout, tick)
 		cfs.Reset()
@@ -124,7 +124,7 @@ func TestImportBatchCost(t *testing.T) {
 }
 
 func TestImportRejectsBadStreams(t *testing.T) {
-	src := mustOpen(t, "/src", &Options{FS: vfs.NewMem(), MaxKeySize: 1024, MaxValueSize: 1 << 20})
+	src := mustOpen(t, "/src", &Options{FS: vfs.NewMem(), SegmentSize: 64 << 10, MaxKeySize: 1024, MaxValueSize: 1 << 20})
 	require.NoError(t, src.Put([]byte("a"), []byte("1")))
 	require.NoError(t, src.Put([]byte("big"), bytes.Repeat([]byte("v"), 2000)))
 	require.NoError(t, src.Seal())
@@ -146,7 +146,7 @@ func TestImportRejectsBadStreams(t *testing.T) {
 	for name, bad := range cases {
 		t.Run(name, func(t *testing.T) {
 			mem := vfs.NewMem()
-			dst := mustOpen(t, "/dst", &Options{FS: mem, MaxValueSize: 1 << 20})
+			dst := mustOpen(t, "/dst", &Options{FS: mem, SegmentSize: 64 << 10, MaxValueSize: 1 << 20})
 			require.NoError(t, dst.Put([]byte("local"), []byte("x")))
 			waitSpare(t, dst, 2) // so that the background's spare is not taken for a leftover
 			before, err := mem.List("/dst")
@@ -169,7 +169,7 @@ func TestImportRejectsBadStreams(t *testing.T) {
 	}
 
 	t.Run("value over MaxValueSize", func(t *testing.T) {
-		dst := mustOpen(t, "/dst2", &Options{FS: vfs.NewMem(), MaxValueSize: 1000})
+		dst := mustOpen(t, "/dst2", &Options{FS: vfs.NewMem(), SegmentSize: 64 << 10, MaxValueSize: 1000})
 		_, err := dst.Import(context.Background(), bytes.NewReader(good))
 		var ie *ImportError
 		require.ErrorAs(t, err, &ie)
@@ -180,7 +180,7 @@ func TestImportRejectsBadStreams(t *testing.T) {
 	})
 
 	t.Run("cancelled", func(t *testing.T) {
-		dst := mustOpen(t, "/dst3", &Options{FS: vfs.NewMem()})
+		dst := mustOpen(t, "/dst3", &Options{FS: vfs.NewMem(), SegmentSize: 64 << 10})
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
 		_, err := dst.Import(ctx, bytes.NewReader(good))
@@ -191,7 +191,7 @@ func TestImportRejectsBadStreams(t *testing.T) {
 }
 
 func TestChangesSince(t *testing.T) {
-	s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+	s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
 	seq0 := s.ManifestSeq()
 	c := s.ChangesSince(seq0)
 	require.True(t, c.Complete)
