@@ -207,7 +207,8 @@ func ForEachRecord(path string, frameOff int64, payload []byte, fn func(r Record
 
 // ReadRecord reads and verifies the record at [off, off+length) of r and
 // checks that it holds key, so that a stale or damaged index can never make a
-// read return another key's value.
+// read return another key's value. The record aliases a buffer allocated for
+// this call alone, so the caller may keep its value.
 func ReadRecord(r io.ReaderAt, path string, off int64, length int, key []byte) (Record, error) {
 	buf := make([]byte, length)
 	if _, err := r.ReadAt(buf, off); err != nil {

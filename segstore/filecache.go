@@ -1,104 +1,114 @@
 package segstore
 
 import (
-	"container/list"
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 
 	"github.com/segkv/segkv/vfs"
 )
 
-// fileCache bounds the number of sealed segment files held open: many
+// fileCache bounds the number of data files held open for reads: many
 // segments must not mean many file descriptors. Handles are reference
-// counted, so an evicted file is closed only once its last reader is done.
+// counted, so a file is closed only once its last reader is done.
+//
+// The read path takes only the shared lock and two atomics: a hit marks the
+// handle used, and eviction (under the exclusive lock, when more than limit
+// files are open) gives used handles a second chance before closing idle
+// ones (the clock algorithm). A handle can only be acquired under the shared
+// lock, so eviction, which holds the exclusive one, sees every reference.
 type fileCache struct {
 	fs    vfs.FS
 	limit int
 
-	mu    sync.Mutex
-	open  map[uint64]*fileHandle
-	lru   *list.List // of *fileHandle with refs == 0, least recently used at the front
-	count int
+	mu   sync.RWMutex
+	open map[uint64]*fileHandle
+	ring []*fileHandle // clock order
+	hand int
 }
 
 type fileHandle struct {
-	id      uint64
-	f       vfs.File
-	refs    int
-	elem    *list.Element
-	evicted bool
+	id       uint64
+	f        vfs.File
+	refs     atomic.Int64
+	used     atomic.Bool
+	detached atomic.Bool // no longer in the cache: the last release closes it
 }
 
 func newFileCache(fsys vfs.FS, limit int) *fileCache {
-	return &fileCache{fs: fsys, limit: limit, open: map[uint64]*fileHandle{}, lru: list.New()}
+	return &fileCache{fs: fsys, limit: limit, open: map[uint64]*fileHandle{}}
 }
 
-// acquire returns an open handle on segment id's data file.
+// acquire returns an open handle on data file id at path.
 func (c *fileCache) acquire(id uint64, path string) (*fileHandle, error) {
-	c.mu.Lock()
+	c.mu.RLock()
 	if h := c.open[id]; h != nil {
-		if h.elem != nil {
-			c.lru.Remove(h.elem)
-			h.elem = nil
-		}
-		h.refs++
-		c.mu.Unlock()
+		h.refs.Add(1)
+		h.used.Store(true)
+		c.mu.RUnlock()
 		return h, nil
 	}
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	// Open outside the lock: a slow open must not stall reads of other files.
 	f, err := c.fs.Open(path)
 	if err != nil {
-		return nil, fmt.Errorf("segkv: open segment %s: %w", path, err)
+		return nil, fmt.Errorf("segkv: open data file %s: %w", path, err)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if h := c.open[id]; h != nil {
 		// Another reader opened it meanwhile; keep one.
 		f.Close()
-		if h.elem != nil {
-			c.lru.Remove(h.elem)
-			h.elem = nil
-		}
-		h.refs++
+		h.refs.Add(1)
+		h.used.Store(true)
 		return h, nil
 	}
-	h := &fileHandle{id: id, f: f, refs: 1}
+	h := &fileHandle{id: id, f: f}
+	h.refs.Store(1)
 	c.open[id] = h
-	c.count++
+	c.ring = append(c.ring, h)
 	c.evictLocked()
 	return h, nil
 }
 
 func (c *fileCache) release(h *fileHandle) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	h.refs--
-	if h.refs > 0 {
-		return
+	if h.refs.Add(-1) == 0 && h.detached.Load() {
+		// Detached handles cannot be acquired again, so nothing races this.
+		if h.detached.CompareAndSwap(true, false) {
+			h.f.Close()
+		}
 	}
-	if h.evicted {
-		h.f.Close()
-		return
-	}
-	h.elem = c.lru.PushBack(h)
-	c.evictLocked()
 }
 
-// evictLocked closes idle files beyond the limit. Files in use may push the
+// evictLocked closes idle files beyond the limit. Files in use may keep the
 // count over the limit for as long as they are in use.
 func (c *fileCache) evictLocked() {
-	for c.count > c.limit && c.lru.Len() > 0 {
-		h := c.lru.Remove(c.lru.Front()).(*fileHandle)
-		h.elem = nil
-		delete(c.open, h.id)
-		c.count--
+	for scanned := 0; len(c.ring) > c.limit && scanned < 2*len(c.ring); scanned++ {
+		if c.hand >= len(c.ring) {
+			c.hand = 0
+		}
+		h := c.ring[c.hand]
+		if h.refs.Load() > 0 || h.used.Swap(false) {
+			c.hand++
+			continue
+		}
+		c.removeAtLocked(c.hand)
 		h.f.Close()
 	}
 }
 
-// forget drops segment id from the cache (its file is about to be removed).
+func (c *fileCache) removeAtLocked(i int) {
+	h := c.ring[i]
+	delete(c.open, h.id)
+	last := len(c.ring) - 1
+	c.ring[i] = c.ring[last]
+	c.ring[last] = nil
+	c.ring = c.ring[:last]
+}
+
+// forget drops data file id from the cache (its file is about to be
+// removed); a handle still in use is closed by its last release.
 func (c *fileCache) forget(id uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -106,35 +116,38 @@ func (c *fileCache) forget(id uint64) {
 	if h == nil {
 		return
 	}
-	delete(c.open, id)
-	c.count--
-	if h.elem != nil {
-		c.lru.Remove(h.elem)
-		h.elem = nil
+	for i, r := range c.ring {
+		if r == h {
+			c.removeAtLocked(i)
+			break
+		}
 	}
-	if h.refs == 0 {
+	if h.refs.Load() == 0 {
 		h.f.Close()
-	} else {
-		h.evicted = true
+		return
+	}
+	h.detached.Store(true)
+	// The last reader may have released between the load and the store.
+	if h.refs.Load() == 0 && h.detached.CompareAndSwap(true, false) {
+		h.f.Close()
 	}
 }
 
-// openCount returns how many files are open.
+// openCount returns how many files are open through the cache.
 func (c *fileCache) openCount() int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.count
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.ring)
 }
 
 func (c *fileCache) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var errs []error
-	for id, h := range c.open {
+	for _, h := range c.ring {
 		errs = append(errs, h.f.Close())
-		delete(c.open, id)
 	}
-	c.lru.Init()
-	c.count = 0
+	clear(c.open)
+	c.ring = nil
 	return errors.Join(errs...)
 }

@@ -11,7 +11,6 @@
 package segstore
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -445,7 +444,10 @@ func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key
 	if rec.Kind != kind {
 		return nil, fmt.Errorf("%w: %s at %d: record kind %d, index says %d", ErrCorrupt, d.path, off, rec.Kind, kind)
 	}
-	return bytes.Clone(rec.Value), nil
+	// ReadRecord read into a buffer of its own, so the value can be handed
+	// to the caller without a second copy. The capacity is cut so that an
+	// append by the caller cannot scribble over the checksum behind it.
+	return rec.Value[:len(rec.Value):len(rec.Value)], nil
 }
 
 // Sync makes every write acknowledged so far durable.
