@@ -287,7 +287,7 @@ func TestClassifierCountsCallersOwnBarriersAsForeground(t *testing.T) {
 	require.True(t, isBackgroundFrame("github.com/segkv/segkv/manifestlog.(*Log).maybeRotate.func1"))
 	require.False(t, isBackgroundFrame("github.com/segkv/segkv/segstore.(*Store).Seal"))
 
-	c := newCounted(vfs.NewMem())
+	c := newCounted(vfs.NewMem(), true)
 	require.NoError(t, c.cnt.MkdirAll("/d"))
 	f, err := c.cls.Create("/d/f")
 	require.NoError(t, err)
@@ -296,8 +296,32 @@ func TestClassifierCountsCallersOwnBarriersAsForeground(t *testing.T) {
 	require.NoError(t, c.cls.Rename("/d/f", "/d/g"))
 	require.NoError(t, c.cls.SyncDir("/d"))
 	fg := c.foreground()
-	require.Equal(t, opCounts{Syncs: 1, DirSyncs: 1, Renames: 1, Creates: 1}, opCounts{fg.Syncs, fg.DirSyncs, fg.Renames, fg.Creates, 0})
+	require.Equal(t, [4]int64{1, 1, 1, 1}, [4]int64{fg.Syncs, fg.DirSyncs, fg.Renames, fg.Creates})
+	require.EqualValues(t, 1, fg.Calls[opSync])
+	require.EqualValues(t, 1, fg.Calls[opClose])
+	require.Positive(t, fg.Nanos[opSync]+fg.Nanos[opCreate])
 	require.Equal(t, opCounts{}, c.background())
 	total, _ := c.totals()
 	require.True(t, total.sameOps(fg))
+}
+
+func TestSealOpsBreakdown(t *testing.T) {
+	code, out, errOut := runCmd(t, "seal", "-segments", "4", "-step", "4", "-ops", "-json", "-fs", "mem")
+	require.Equal(t, exitOK, code, errOut)
+	var ops []map[string]any
+	for _, r := range jsonRows(t, out) {
+		if _, ok := r["breakdown"]; ok {
+			require.Equal(t, sorted("breakdown", "op", "calls_per_seal", "us_per_seal"), keys(r))
+			ops = append(ops, r)
+		}
+	}
+	calls := map[string]float64{}
+	for _, r := range ops {
+		calls[r["breakdown"].(string)+" "+r["op"].(string)] = r["calls_per_seal"].(float64)
+	}
+	require.EqualValues(t, 3, calls["legacy rename"])
+	require.EqualValues(t, 3, calls["legacy syncdir"])
+	require.EqualValues(t, 3, calls["legacy sync (fdatasync)"])
+	require.EqualValues(t, 2, calls["new sync (fdatasync)"])
+	require.EqualValues(t, 1, calls["new seal (wall)"])
 }

@@ -88,6 +88,24 @@ type sealConfig struct {
 	step        int
 	protocols   []string
 	segmentSize int64
+	timeOps     bool
+}
+
+// sealOpRow (seal -ops) is the mean time per seal one protocol's critical
+// path spent in one kind of vfs operation, over the whole run.
+type sealOpRow struct {
+	Breakdown    string  `json:"breakdown"` // the protocol
+	Op           string  `json:"op"`
+	CallsPerSeal float64 `json:"calls_per_seal"`
+	USPerSeal    float64 `json:"us_per_seal"` // mean
+}
+
+func (sealOpRow) header() []string {
+	return []string{"breakdown", "op", "calls/seal", "mean us/seal"}
+}
+
+func (r sealOpRow) cells() []string {
+	return []string{r.Breakdown, r.Op, ftoa(r.CallsPerSeal, 2), ftoa(r.USPerSeal, 1)}
 }
 
 func runSeal(ctx context.Context, e *env, args []string) error {
@@ -97,14 +115,15 @@ func runSeal(ctx context.Context, e *env, args []string) error {
 	segments := fs.Int("segments", defaultSealSegments, "seal this many segments with each protocol")
 	step := fs.Int("step", defaultSealStep, "report every this many segments")
 	protocol := fs.String("protocol", "both", "new, legacy or both")
-	segSize := fs.Int64("segment-size", 4<<20, "new protocol: Options.SegmentSize (each live file preallocates this much)")
+	segSize := fs.Int64("segment-size", 0, "new protocol: Options.SegmentSize, how much each live file preallocates (0: the store's default)")
+	timeOps := fs.Bool("ops", false, "also break each protocol's mean seal time down by vfs operation (costs a stack walk per read and write)")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
 	if err := c.validate(); err != nil {
 		return err
 	}
-	cfg := sealConfig{segments: *segments, step: *step, segmentSize: *segSize}
+	cfg := sealConfig{segments: *segments, step: *step, segmentSize: *segSize, timeOps: *timeOps}
 	switch *protocol {
 	case "both":
 		cfg.protocols = []string{"legacy", "new"}
@@ -119,8 +138,8 @@ func runSeal(ctx context.Context, e *env, args []string) error {
 	if cfg.step < 1 || cfg.step > cfg.segments {
 		return usagef("-step must be between 1 and -segments (%d), not %d", cfg.segments, cfg.step)
 	}
-	if cfg.segmentSize < 4<<10 {
-		return usagef("-segment-size must be at least 4096, not %d", cfg.segmentSize)
+	if cfg.segmentSize != 0 && cfg.segmentSize < 4<<10 {
+		return usagef("-segment-size must be 0 or at least 4096, not %d", cfg.segmentSize)
 	}
 
 	ws, err := c.open()
@@ -214,9 +233,9 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 		switch {
 		case err != nil:
 		case name == "legacy":
-			sealers[k], err = openLegacySealer(ws.newFS(), dir)
+			sealers[k], err = openLegacySealer(ws.newFS(), dir, cfg.timeOps)
 		case name == "new":
-			sealers[k], err = openNewSealer(ctx, ws.newFS(), dir, cfg.segmentSize)
+			sealers[k], err = openNewSealer(ctx, ws.newFS(), dir, cfg.segmentSize, cfg.timeOps)
 		}
 		if err != nil {
 			for _, s := range sealers[:k] {
@@ -236,6 +255,9 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 	prog := e.progress()
 	done := make([]int, len(sealers))
 	states := make([]stepState, len(sealers))
+	// Whole-run sums of the critical path, for -ops.
+	runFg := make([]opCounts, len(sealers))
+	runWall := make([]time.Duration, len(sealers))
 	byProto := make(map[string][]sealRow)
 	for k, s := range sealers {
 		if err := s.quiesce(ctx); err != nil {
@@ -264,6 +286,8 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 				st.samples = append(st.samples, d)
 				st.syncTimes = append(st.syncTimes, time.Duration(fg.SyncNanos))
 				st.fg = st.fg.add(fg)
+				runFg[k] = runFg[k].add(fg)
+				runWall[k] += d
 				done[k]++
 				progressed = true
 				if err := s.quiesce(ctx); err != nil {
@@ -322,7 +346,30 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 			ManifestBytesWrittenPerSeal: ratio(a.ManifestBytesWrittenPerSeal, b.ManifestBytesWrittenPerSeal),
 		})
 	}
+	if cfg.timeOps {
+		for k, name := range cfg.protocols {
+			rows = append(rows, opBreakdown(name, done[k], runFg[k], runWall[k])...)
+		}
+	}
 	return rows, totals, nil
+}
+
+// opBreakdown turns a protocol's whole-run critical-path timings into rows:
+// the mean wall time of a seal, each kind of operation, and what is left
+// (CPU, scheduling, locks).
+func opBreakdown(name string, seals int, fg opCounts, wall time.Duration) []row {
+	n := float64(seals)
+	perSeal := func(ns int64) float64 { return round(float64(ns)/1e3/n, 1) }
+	rows := []row{sealOpRow{Breakdown: name, Op: "seal (wall)", CallsPerSeal: 1, USPerSeal: perSeal(int64(wall))}}
+	rest := int64(wall)
+	for op := range numOps {
+		if fg.Calls[op] == 0 {
+			continue
+		}
+		rest -= fg.Nanos[op]
+		rows = append(rows, sealOpRow{Breakdown: name, Op: op.String(), CallsPerSeal: round(float64(fg.Calls[op])/n, 2), USPerSeal: perSeal(fg.Nanos[op])})
+	}
+	return append(rows, sealOpRow{Breakdown: name, Op: "outside the vfs", USPerSeal: perSeal(rest)})
 }
 
 // finishStep turns a step's samples and counters into a row, and checks
@@ -380,9 +427,9 @@ type counted struct {
 	cls *classifyFS
 }
 
-func newCounted(base vfs.FS) counted {
+func newCounted(base vfs.FS, timeOps bool) counted {
 	cnt := vfs.NewCounting(base)
-	return counted{cnt: cnt, cls: newClassifyFS(cnt)}
+	return counted{cnt: cnt, cls: newClassifyFS(cnt, timeOps)}
 }
 
 // manifestOnDisk sums over the manifest files in dir (the legacy manifest,
@@ -437,8 +484,8 @@ type legacySealer struct {
 	st *legacy.Store
 }
 
-func openLegacySealer(base vfs.FS, dir string) (*legacySealer, error) {
-	c := newCounted(base)
+func openLegacySealer(base vfs.FS, dir string, timeOps bool) (*legacySealer, error) {
+	c := newCounted(base, timeOps)
 	st, err := legacy.Open(c.cls, dir)
 	if err != nil {
 		return nil, err
@@ -478,8 +525,8 @@ type newSealer struct {
 	closed    bool
 }
 
-func openNewSealer(ctx context.Context, base vfs.FS, dir string, segmentSize int64) (*newSealer, error) {
-	c := newCounted(base)
+func openNewSealer(ctx context.Context, base vfs.FS, dir string, segmentSize int64, timeOps bool) (*newSealer, error) {
+	c := newCounted(base, timeOps)
 	st, err := segstore.Open(dir, &segstore.Options{
 		FS: c.cls,
 		// Writes reach the disk only at the seal, which then pays the data
@@ -532,7 +579,13 @@ func (n *newSealer) quiesce(ctx context.Context) error {
 	deadline := time.Now().Add(time.Second)
 	for {
 		m := n.st.Metrics()
-		if m.SparesMade-m.Seals >= n.spareLead || time.Now().After(deadline) {
+		if m.SparesMade-m.Seals >= n.spareLead {
+			// The store counts a spare as made a moment before it installs
+			// it for the next seal to take: give it that moment, or about
+			// one seal in a thousand finds no spare.
+			return sleepCtx(ctx, 200*time.Microsecond)
+		}
+		if time.Now().After(deadline) {
 			return nil
 		}
 		if err := sleepCtx(ctx, 100*time.Microsecond); err != nil {
