@@ -74,13 +74,16 @@ func (l *Log) writeCheckpoint(path string, s *snapshot) (_ vfs.File, end, alloc 
 	}
 	for _, id := range ids {
 		m := s.segs[id]
-		chunk = append(chunk, &m)
-		size += segmentSize(&m)
-		if size >= chunkPayload {
+		// Close the chunk before it would pass the bound, so that a chunk
+		// is never larger than its largest segment's own edit record was
+		// (which Commit kept within a frame's limit).
+		if ms := segmentSize(&m); len(chunk) > 0 && size+ms > chunkPayload {
 			if err := emit(); err != nil {
 				return nil, 0, 0, fmt.Errorf("manifestlog: write checkpoint %s: %w", path, err)
 			}
 		}
+		chunk = append(chunk, &m)
+		size += segmentSize(&m)
 	}
 	if len(chunk) > 0 {
 		if err := emit(); err != nil {
