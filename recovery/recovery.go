@@ -24,12 +24,15 @@ package recovery
 
 import (
 	"bytes"
+	"cmp"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
@@ -386,14 +389,47 @@ func BuildIndex(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
 	return b, nil
 }
 
-// EntriesFromMap turns a key directory into sorted index entries.
+// EntriesFromMap turns a key directory into sorted index entries. Sorting a
+// million keys is most of a seal's CPU, so it compares integers where it can:
+// keys often share a long prefix (tables, tenants), so each entry carries the
+// 8 bytes after the prefix all keys share as a big-endian word, and whole keys
+// are compared only when those words tie.
 func EntriesFromMap(m map[string]index.Entry) []index.Entry {
-	entries := make([]index.Entry, 0, len(m))
-	for k, e := range m {
-		e.Key = []byte(k)
-		entries = append(entries, e)
+	type sortable struct {
+		word uint64
+		key  string
+		e    index.Entry
 	}
-	slices.SortFunc(entries, func(a, b index.Entry) int { return bytes.Compare(a.Key, b.Key) })
+	var prefix string
+	first := true
+	for k := range m {
+		if first {
+			prefix, first = k, false
+			continue
+		}
+		n := 0
+		for n < len(prefix) && n < len(k) && prefix[n] == k[n] {
+			n++
+		}
+		prefix = prefix[:n]
+	}
+	items := make([]sortable, 0, len(m))
+	for k, e := range m {
+		var w [8]byte
+		copy(w[:], k[len(prefix):])
+		items = append(items, sortable{word: binary.BigEndian.Uint64(w[:]), key: k, e: e})
+	}
+	slices.SortFunc(items, func(a, b sortable) int {
+		if c := cmp.Compare(a.word, b.word); c != 0 {
+			return c
+		}
+		return strings.Compare(a.key, b.key)
+	})
+	entries := make([]index.Entry, len(items))
+	for i, it := range items {
+		it.e.Key = []byte(it.key)
+		entries[i] = it.e
+	}
 	return entries
 }
 

@@ -1,10 +1,12 @@
 package recovery
 
 import (
+	"bytes"
 	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
@@ -217,4 +219,33 @@ func TestReportRepaired(t *testing.T) {
 	require.False(t, r.Repaired())
 	r.RemovedFiles = []string{"x"}
 	require.True(t, r.Repaired())
+}
+
+// TestEntriesFromMapSorts checks the word-then-key ordering against a plain
+// byte comparison, on keys built to tie on words and to be prefixes of each
+// other (zero bytes included).
+func TestEntriesFromMapSorts(t *testing.T) {
+	rapid.Check(t, func(t *rapid.T) {
+		prefix := rapid.SliceOfN(rapid.SampledFrom([]byte{0, 1, 'a'}), 0, 10).Draw(t, "prefix")
+		keys := rapid.SliceOfNDistinct(rapid.SliceOfN(rapid.SampledFrom([]byte{0, 1, 0xff, 'a'}), 0, 12),
+			1, 60, func(b []byte) string { return string(b) }).Draw(t, "keys")
+		m := map[string]index.Entry{}
+		for i, k := range keys {
+			m[string(prefix)+string(k)] = index.Entry{Kind: index.KindPut, Offset: int64(i)}
+		}
+		entries := EntriesFromMap(m)
+		if len(entries) != len(m) {
+			t.Fatalf("%d entries for %d keys", len(entries), len(m))
+		}
+		for i := 1; i < len(entries); i++ {
+			if bytes.Compare(entries[i-1].Key, entries[i].Key) >= 0 {
+				t.Fatalf("out of order at %d: %q >= %q", i, entries[i-1].Key, entries[i].Key)
+			}
+		}
+		for _, e := range entries {
+			if m[string(e.Key)].Offset != e.Offset {
+				t.Fatalf("entry of %q carries another key's location", e.Key)
+			}
+		}
+	})
 }

@@ -104,7 +104,12 @@ func (s *Store) sealLocked() error {
 	if err != nil {
 		return err
 	}
-	next := &tail{id: sp.id, path: sp.path, file: sp.f, df: s.newDataFile(sp.id, segment.KindLog), st: s, keys: map[string]loc{}}
+	// Size the new key directory like the old one: growing a map of a
+	// million keys rehashes it twenty times on the write path.
+	old.mu.RLock()
+	hint := len(old.keys)
+	old.mu.RUnlock()
+	next := &tail{id: sp.id, path: sp.path, file: sp.f, df: s.newDataFile(sp.id, segment.KindLog), st: s, keys: make(map[string]loc, hint)}
 	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, wal.Options{Publish: next.publish})
 
 	// The switch: wait for in-flight commits to the old file, then point
