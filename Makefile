@@ -5,7 +5,7 @@ PKGS        := ./...
 FUZZTIME    ?= 20s
 BENCHARGS   ?=
 
-.PHONY: test lint bench crash fuzz torture gobench
+.PHONY: test lint bench crash fuzz torture gobench docs
 
 test:
 	$(GO) vet $(PKGS)
@@ -36,3 +36,8 @@ fuzz:
 	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
 	  done; \
 	done
+
+# docs/FORMAT.md is assembled from the per-package format notes.
+docs:
+	cat docs/parts/format-intro.md docs/parts/wal.md docs/parts/segment.md \
+	    docs/parts/index.md docs/parts/manifest.md > docs/FORMAT.md
