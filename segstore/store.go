@@ -72,7 +72,6 @@ type Store struct {
 
 	spareMu  sync.Mutex
 	spare    *spareFile
-	spareErr error
 
 	// writeSeq numbers published batches; snapshots see those at or below
 	// their own number. snapshots counts open snapshots and iterators.
