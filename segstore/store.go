@@ -377,7 +377,12 @@ func (s *Store) Apply(b *Batch) error {
 		return nil
 	}
 	req := &wal.Request{Payload: b.buf, Sync: s.opts.Sync == SyncAlways, Data: b}
-	s.writeMu.RLock()
+	if !s.writeMu.TryRLock() {
+		// A seal is switching live files: count the wait so that stalls show
+		// in Metrics.
+		s.stats.writeStalls.Add(1)
+		s.writeMu.RLock()
+	}
 	t := s.tail
 	err := t.w.Commit(req)
 	end := t.w.Offset()

@@ -97,7 +97,7 @@ func renderSVG(title string, series map[string][]plotPoint) string {
 		panelH  = 280
 		left    = 90
 		right   = 130
-		top     = 50
+		top     = 64
 		gap     = 70
 		bottom  = 50
 		plotW   = width - left - right
@@ -161,6 +161,10 @@ func renderSVG(title string, series map[string][]plotPoint) string {
 				coords[j] = fmt.Sprintf("%.1f,%.1f", px(float64(p.Segments)), py(pn.value(p)))
 			}
 			fmt.Fprintf(&b, `<polyline fill="none" stroke="%s" stroke-width="2" points="%s"/>`+"\n", color, strings.Join(coords, " "))
+			// Label the last value, so the flat line's level is readable too.
+			last := pts[len(pts)-1]
+			fmt.Fprintf(&b, `<text x="%.1f" y="%.1f" font-size="11" text-anchor="end" fill="%s">%s</text>`+"\n",
+				px(float64(last.Segments))-6, py(pn.value(last))-7, color, human(pn.value(last)))
 			for _, p := range pts {
 				fmt.Fprintf(&b, `<circle cx="%.1f" cy="%.1f" r="3" fill="%s"><title>%s, %d segments: %s</title></circle>`+"\n",
 					px(float64(p.Segments)), py(pn.value(p)), color, name, p.Segments, human(pn.value(p)))
