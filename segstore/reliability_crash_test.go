@@ -1,0 +1,301 @@
+package segstore
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/segkv/segkv/vfs"
+)
+
+// The whole-engine crash test: one randomized workload that puts, deletes,
+// applies batches, seals, compacts, lets the background merge (MinRun 2),
+// imports segments exported from a second store (and refuses damaged ones),
+// exports, checkpoints the manifest, reopens cleanly and reopens after a
+// crash. Every barrier the store issues (file sync or directory sync, from
+// any goroutine) is a crash point: an image of what a power loss at that
+// instant leaves, in one of the vfs crash modes, round-robin. Each image is
+// opened and compared with the model of acknowledged history.
+
+// rlModes are every crash mode of vfs.Mem.
+var rlModes = []vfs.CrashMode{
+	vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset,
+	vfs.CrashGarbageTail, vfs.CrashMetadataPrefix,
+}
+
+// rlPoint is one crash image and the window of history it may show: at
+// least lo operations were acknowledged before it was taken, at most hi had
+// started.
+type rlPoint struct {
+	fs     *vfs.Mem
+	lo, hi int
+	mode   vfs.CrashMode
+	label  string
+}
+
+type rlRecorder struct {
+	mu      sync.Mutex
+	mem     *vfs.Mem // nil while the workload switches file systems
+	rng     *rand.Rand
+	n       int
+	points  []rlPoint
+	acked   atomic.Int64 // logical operations acknowledged
+	started atomic.Int64 // logical operations begun (>= acked)
+}
+
+func (r *rlRecorder) hook(ev vfs.SyncEvent) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.mem == nil {
+		return
+	}
+	// acked before the image: everything acknowledged by then was synced
+	// by an earlier barrier. started after it: nothing begun later can be
+	// in the image.
+	lo := int(r.acked.Load())
+	mode := rlModes[r.n%len(rlModes)]
+	r.n++
+	img := r.mem.CrashClone(mode, r.rng)
+	hi := int(r.started.Load())
+	r.points = append(r.points, rlPoint{fs: img, lo: lo, hi: hi, mode: mode,
+		label: fmt.Sprintf("#%d %v before=%v %s", r.n, ev.Kind, ev.Before, ev.Name)})
+}
+
+func rlCrashOptions(fsys vfs.FS) *Options {
+	return &Options{FS: fsys, SegmentSize: 4 << 10, Merge: MergeOptions{MinRun: 2, SizeRatio: 8}}
+}
+
+// rlWorkloadStats counts what a workload did.
+type rlWorkloadStats struct {
+	writes, seals, compacts, imports, badImports, exports, checkpoints, reopens, crashReopens int
+}
+
+func TestReliabilityCrashEverySyncPoint(t *testing.T) {
+	seeds := crashSeeds(t, 3)
+	const steps = 170
+	var points, wrong int
+	var st rlWorkloadStats
+	perMode := map[vfs.CrashMode]int{}
+	for seed := 0; seed < seeds; seed++ {
+		p, w := runReliabilityCrash(t, uint64(seed), steps, &st, perMode)
+		points += p
+		wrong += w
+	}
+	t.Logf("crash points covered: %d (seeds %d, steps %d); by mode: %v", points, seeds, steps, perMode)
+	t.Logf("workload: %d writes, %d seals, %d compacts, %d imports (+%d refused), %d exports, %d checkpoints, %d reopens, %d crash-reopens",
+		st.writes, st.seals, st.compacts, st.imports, st.badImports, st.exports, st.checkpoints, st.reopens, st.crashReopens)
+	t.Logf("wrong answers: %d", wrong)
+	require.Zero(t, wrong)
+	require.GreaterOrEqual(t, points, 250*seeds)
+}
+
+// runReliabilityCrash runs one seed's workload and checks its crash points;
+// it returns the points checked and how many were wrong.
+func runReliabilityCrash(t *testing.T, seed uint64, steps int, st *rlWorkloadStats, perMode map[vfs.CrashMode]int) (int, int) {
+	t.Helper()
+	const keySpace = 48
+	keys := keyNames(keySpace)
+	rng := rand.New(rand.NewPCG(seed, 0x5e9))
+	ctx := t.Context()
+	mem := vfs.NewMem()
+	rec := &rlRecorder{mem: mem, rng: rand.New(rand.NewPCG(seed, 77))}
+	history := []model{{}} // history[i]: the state after i acknowledged operations
+	cur := func() model { return history[len(history)-1] }
+	// begin publishes the state after the next operation before it can
+	// become durable; end acknowledges it.
+	begin := func(next model) {
+		history = append(history, next)
+		rec.started.Add(1)
+	}
+	end := func() { rec.acked.Add(1) }
+
+	// The peer whose exported segments are imported: its own file system,
+	// no merges, so that each export holds exactly one delta.
+	peer := mustOpen(t, "/peer", &Options{FS: vfs.NewMem(), SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}})
+	defer peer.Close()
+	markers := 0
+	peerSegment := func() ([]byte, []op) {
+		ops := randomOps(rng, rng.IntN(6), keySpace)
+		markers++
+		ops = append(ops, op{key: fmt.Sprintf("imp-%03d-%04d", seed, markers), value: fmt.Sprintf("from peer %d", markers)})
+		for _, o := range ops {
+			require.NoError(t, applyOps(peer, []op{o}))
+		}
+		return exportNewest(t, peer), ops
+	}
+
+	s := mustOpen(t, "/db", rlCrashOptions(mem))
+	mem.SetSyncHook(rec.hook)
+	for i := 0; i < steps; i++ {
+		switch r := rng.IntN(100); {
+		case r < 52:
+			ops := randomOps(rng, 1+rng.IntN(2)*rng.IntN(5), keySpace)
+			next := cur().clone()
+			next.apply(ops)
+			begin(next)
+			require.NoError(t, applyOps(s, ops))
+			end()
+			st.writes++
+		case r < 60:
+			require.NoError(t, s.Seal())
+			st.seals++
+		case r < 65:
+			require.NoError(t, s.Compact(ctx))
+			st.compacts++
+		case r < 73:
+			// Seal first so that the live file is empty: imported segments
+			// go below the live file, so with an empty one the import is
+			// simply the newest data.
+			n := 1 + rng.IntN(2)
+			var streams [][]byte
+			next := cur().clone()
+			for range n {
+				b, ops := peerSegment()
+				streams = append(streams, b)
+				next.apply(ops)
+			}
+			require.NoError(t, s.Seal())
+			if rng.IntN(5) == 0 {
+				// A damaged stream in the batch: nothing is adopted.
+				bad := bytes.Clone(streams[len(streams)-1])
+				if rng.IntN(2) == 0 {
+					bad[16+rng.IntN(len(bad)-16)] ^= byte(1 << rng.IntN(8))
+				} else {
+					// Cut inside the last frame (the marker put), never at a
+					// frame boundary: a prefix of whole frames is a valid segment.
+					bad = bad[:len(bad)-1-rng.IntN(20)]
+				}
+				streams[len(streams)-1] = bad
+				_, err := s.Import(ctx, readers(streams)...)
+				var ie *ImportError
+				require.True(t, errors.As(err, &ie), "damaged import: %v", err)
+				require.Equal(t, len(streams)-1, ie.Stream)
+				// Background merges may change the segment list meanwhile;
+				// the content must not change (the batch's marker keys
+				// would show).
+				require.NoError(t, fullDiff(s, cur(), keys), "a refused import must change nothing")
+				st.badImports++
+				break
+			}
+			begin(next)
+			_, err := s.Import(ctx, readers(streams)...)
+			require.NoError(t, err)
+			end()
+			st.imports++
+		case r < 78:
+			segs := s.Segments()
+			if len(segs) == 0 {
+				break
+			}
+			si := segs[rng.IntN(len(segs))]
+			var buf bytes.Buffer
+			n, err := s.Export(ctx, si.ID, &buf)
+			if errors.Is(err, ErrNoSegment) {
+				break // merged away meanwhile
+			}
+			require.NoError(t, err)
+			require.Equal(t, si.Size, n)
+			require.Equal(t, si.Digest, digestOf(buf.Bytes()))
+			st.exports++
+		case r < 84:
+			require.NoError(t, s.mlog.Checkpoint())
+			st.checkpoints++
+		case r < 90:
+			require.NoError(t, fullDiff(s, cur(), keys))
+		case r < 95:
+			require.NoError(t, s.Close())
+			s = mustOpen(t, "/db", rlCrashOptions(mem))
+			st.reopens++
+		case r < 97:
+			// Power loss now: continue on the image. Nothing is in flight,
+			// so the image must show exactly the acknowledged history.
+			rec.mu.Lock()
+			mode := rlModes[rng.IntN(len(rlModes))]
+			img := mem.CrashClone(mode, rec.rng)
+			rec.mem = nil
+			rec.mu.Unlock()
+			mem.SetSyncHook(nil)
+			s.Close() // on the old file system, which is gone
+			mem = img
+			mem.SetSyncHook(rec.hook)
+			rec.mu.Lock()
+			rec.mem = mem
+			rec.mu.Unlock()
+			s = mustOpen(t, "/db", rlCrashOptions(mem))
+			require.NoError(t, fullDiff(s, cur(), keys), "after a crash (%v) with nothing in flight", mode)
+			st.crashReopens++
+		default:
+			require.NoError(t, s.Sync())
+		}
+	}
+	require.NoError(t, fullDiff(s, cur(), keys))
+	mem.SetSyncHook(nil)
+	require.NoError(t, s.Close())
+
+	rec.mu.Lock()
+	points := rec.points
+	rec.mu.Unlock()
+	wrong := 0
+	for _, p := range points {
+		perMode[p.mode]++
+		if err := checkCrashPoint(p, history, keys); err != nil {
+			wrong++
+			if wrong <= 10 {
+				t.Errorf("seed %d crash point %s mode %v (acked %d, started %d): %v", seed, p.label, p.mode, p.lo, p.hi, err)
+			}
+		}
+	}
+	return len(points), wrong
+}
+
+// checkCrashPoint opens a crash image and checks it against history.
+func checkCrashPoint(p rlPoint, history []model, keys []string) error {
+	o := rlCrashOptions(p.fs)
+	gs, err := openGated("/db", o)
+	if err != nil {
+		return fmt.Errorf("open: %w", err)
+	}
+	defer gs.closeAll()
+	if orph, err := orphans(p.fs, gs.Store); err != nil || len(orph) > 0 {
+		return fmt.Errorf("after open: orphan files %v (err %v), report %+v", orph, err, gs.RecoveryReport())
+	}
+	matched := -1
+	for k := p.lo; k <= p.hi && k < len(history); k++ {
+		if fullDiff(gs.Store, history[k], keys) == nil {
+			matched = k
+			break
+		}
+	}
+	if matched < 0 {
+		return fmt.Errorf("state is no acknowledged prefix: vs %d ops: %v; vs %d ops: %v",
+			p.lo, fullDiff(gs.Store, history[p.lo], keys), p.hi, fullDiff(gs.Store, history[min(p.hi, len(history)-1)], keys))
+	}
+	if err := gs.Check(); err != nil {
+		return fmt.Errorf("check: %w", err)
+	}
+	gs.release()
+	// The recovered store accepts writes and keeps them across a reopen.
+	if err := gs.Put([]byte("after-crash"), []byte("ok")); err != nil {
+		return fmt.Errorf("put after recovery: %w", err)
+	}
+	if err := gs.Close(); err != nil {
+		return fmt.Errorf("close after recovery: %w", err)
+	}
+	s, err := Open("/db", o)
+	if err != nil {
+		return fmt.Errorf("second open: %w", err)
+	}
+	defer s.Close()
+	want := history[matched].clone()
+	want["after-crash"] = "ok"
+	if err := fullDiff(s, want, keys); err != nil {
+		return fmt.Errorf("after second open: %w", err)
+	}
+	return nil
+}
