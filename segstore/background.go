@@ -15,7 +15,11 @@ type background struct {
 	seal  chan struct{}
 	spare chan struct{}
 	merge chan struct{}
+	tidy  chan struct{}
 	quit  chan struct{}
+
+	tidyMu   sync.Mutex
+	tidyJobs []sealTidy
 	wg    sync.WaitGroup
 	// ctx ends at stop, so that a merge step in progress stops promptly.
 	ctx    context.Context
@@ -28,6 +32,7 @@ func startBackground(s *Store) *background {
 		seal:  make(chan struct{}, 1),
 		spare: make(chan struct{}, 1),
 		merge: make(chan struct{}, 1),
+		tidy:  make(chan struct{}, 1),
 		quit:  make(chan struct{}),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
@@ -67,6 +72,32 @@ func (b *background) requestMerge() {
 	}
 }
 
+// afterSeal queues a sealed segment's file work. Without a background (a
+// seal during Open's recovery) it runs at once.
+func (b *background) afterSeal(j sealTidy) {
+	if b == nil {
+		j.df.s.tidy(j)
+		return
+	}
+	b.tidyMu.Lock()
+	b.tidyJobs = append(b.tidyJobs, j)
+	b.tidyMu.Unlock()
+	select {
+	case b.tidy <- struct{}{}:
+	default:
+	}
+}
+
+func (b *background) runTidy() {
+	b.tidyMu.Lock()
+	jobs := b.tidyJobs
+	b.tidyJobs = nil
+	b.tidyMu.Unlock()
+	for _, j := range jobs {
+		b.s.tidy(j)
+	}
+}
+
 func (b *background) stop() {
 	if b == nil {
 		return
@@ -74,6 +105,9 @@ func (b *background) stop() {
 	close(b.quit)
 	b.cancel()
 	b.wg.Wait()
+	// Index files left unwritten would be rebuilt by the next Open; writing
+	// them now is cheaper.
+	b.runTidy()
 }
 
 func (b *background) run() {
@@ -88,9 +122,14 @@ func (b *background) run() {
 		select {
 		case <-b.quit:
 			return
+		case <-b.tidy:
+			if b.s.beforeJob != nil {
+				b.s.beforeJob("tidy")
+			}
+			b.runTidy()
 		case <-b.spare:
-			if b.s.beforeSpare != nil {
-				b.s.beforeSpare()
+			if b.s.beforeJob != nil {
+				b.s.beforeJob("spare")
 			}
 			b.s.ensureSpare()
 		case <-b.seal:
@@ -131,6 +170,9 @@ func (s *Store) ensureSpare() {
 	if s.spare == nil && !s.closed.Load() {
 		s.spare = sp
 		sp = nil
+		// Counted once a seal can take it, so that a poller of SparesMade
+		// never sees a spare that is not there yet.
+		s.stats.sparesMade.Add(1)
 	}
 	s.spareMu.Unlock()
 	if sp != nil {

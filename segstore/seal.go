@@ -48,7 +48,6 @@ func (s *Store) makeSpare() (*spareFile, error) {
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return fail("sync directory for", err)
 	}
-	s.stats.sparesMade.Add(1)
 	return &spareFile{id: id, path: p, f: f}, nil
 }
 
@@ -138,13 +137,7 @@ func (s *Store) sealLocked() error {
 // the manifest together with the new live file liveID.
 func (s *Store) finishSeal(t *tail, liveID uint64) error {
 	end := t.w.Offset()
-	// Barrier 1, only when the write path left bytes unsynced. The truncate
-	// releases the unused preallocation; it needs no barrier of its own since
-	// the manifest records the data length.
-	if err := t.file.Truncate(end); err != nil {
-		s.fail(err)
-		return fmt.Errorf("%w: truncate %s: %w", ErrFailed, t.path, err)
-	}
+	// Barrier 1, only when the write path left bytes unsynced.
 	if t.w.SyncedOffset() < end {
 		if err := t.w.Sync(); err != nil {
 			s.fail(err)
@@ -169,10 +162,6 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 		return fmt.Errorf("segkv: encode index of %s: %w", t.path, err)
 	}
 	ixPath := filepath.Join(s.dir, segment.IndexName(t.id))
-	// Not synced: a missing or torn index is rebuilt from the data file.
-	if err := index.Write(s.fs, ixPath, ixData); err != nil {
-		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", ixPath, "err", err)
-	}
 	ix, err := index.Decode(ixPath, ixData, ixSum, index.Identity{DataLength: end, DataDigest: digest})
 	if err != nil {
 		return fmt.Errorf("segkv: decode fresh index %s: %w", ixPath, err)
@@ -200,6 +189,11 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 	}
 	// The append handle is done; reads always went through the file cache.
 	t.file.Close()
+	// Writing the index file and releasing the unused preallocation are
+	// metadata work that waits on the file system's journal: off the seal's
+	// path. Neither needs a barrier: the index is a cache (rebuilt if a crash
+	// loses it) and the manifest records the data length.
+	s.bg.afterSeal(sealTidy{df: t.df, length: end, ixPath: ixPath, ixData: ixData})
 	s.stats.seals.Add(1)
 	s.bg.requestMerge()
 	return nil
@@ -267,4 +261,34 @@ func containsID(ids []uint64, id uint64) bool {
 		}
 	}
 	return false
+}
+
+// sealTidy is the file work a seal leaves to the background.
+type sealTidy struct {
+	df     *dataFile
+	length int64
+	ixPath string
+	ixData []byte
+}
+
+// tidy writes a sealed segment's index file (unsynced) and truncates its
+// data file to the data length. A segment a merge retired meanwhile is left
+// alone: its files are going away.
+func (s *Store) tidy(j sealTidy) {
+	if j.df.retired.Load() {
+		return
+	}
+	if err := index.Write(s.fs, j.ixPath, j.ixData); err != nil {
+		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", j.ixPath, "err", err)
+	}
+	f, err := s.fs.OpenReadWrite(j.df.path)
+	if err == nil {
+		err = f.Truncate(j.length)
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+	}
+	if err != nil {
+		s.log.Warn("segkv: releasing a sealed file's preallocation failed", "path", j.df.path, "err", err)
+	}
 }

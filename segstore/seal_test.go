@@ -2,6 +2,7 @@ package segstore
 
 import (
 	"flag"
+	"sync"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -18,6 +19,52 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
+// jobGate holds the store's background jobs (after the first spare, which
+// Open needs) until the test releases them one at a time, or opens the gate.
+type jobGate struct {
+	mu      sync.Mutex
+	passes  map[string]chan struct{}
+	spares  int
+	opened  chan struct{}
+	started chan string // each held job, as it starts waiting
+}
+
+func newJobGate() *jobGate {
+	return &jobGate{
+		passes:  map[string]chan struct{}{"tidy": make(chan struct{}, 1024), "spare": make(chan struct{}, 1024)},
+		opened:  make(chan struct{}),
+		started: make(chan string, 1024),
+	}
+}
+
+func (g *jobGate) wait(job string) {
+	g.mu.Lock()
+	if job == "spare" {
+		g.spares++
+		if g.spares == 1 {
+			g.mu.Unlock()
+			return
+		}
+	}
+	ch := g.passes[job]
+	g.mu.Unlock()
+	g.started <- job
+	select {
+	case <-ch:
+	case <-g.opened:
+	}
+}
+
+func (g *jobGate) release(job string) { g.passes[job] <- struct{}{} }
+
+func (g *jobGate) open() {
+	select {
+	case <-g.opened:
+	default:
+		close(g.opened)
+	}
+}
+
 // waitSpare waits until the background has made n spares in total.
 func waitSpare(t testing.TB, s *Store, n int64) {
 	t.Helper()
@@ -32,31 +79,40 @@ func TestSealGolden(t *testing.T) {
 		t.Run(mode.String(), func(t *testing.T) {
 			cfs := vfs.NewCounting(vfs.NewMem())
 			cfs.SetLogBase("/db")
-			hold := make(chan struct{}, 16)
-			spares := 0
-			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10}, func() {
-				// The first spare (at Open) goes ahead; later ones wait for the test.
-				if spares > 0 {
-					<-hold
-				}
-				spares++
-			})
+			gate := newJobGate()
+			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10}, gate.wait)
 			require.NoError(t, err)
-			waitSpare(t, s, 2) // the first live file and one spare
+			waitSpare(t, s, 1)
 			require.NoError(t, s.Put([]byte("key"), []byte("value")))
 
 			cfs.StartLog()
 			require.NoError(t, s.Seal())
 			sealOps := cfs.StopLog()
 
-			cfs.StartLog()
-			hold <- struct{}{}
-			waitSpare(t, s, 3)
-			spareOps := cfs.StopLog()
+			// The two background jobs may start in either order; each is
+			// recorded on its own while the other waits.
+			jobOps := map[string][]string{}
+			for range 2 {
+				job := <-gate.started
+				cfs.StartLog()
+				gate.release(job)
+				if job == "tidy" {
+					require.Eventually(t, func() bool {
+						_, err := cfs.Stat("/db/" + segment.IndexName(s.Segments()[0].ID))
+						return err == nil
+					}, timeout, tick)
+				} else {
+					waitSpare(t, s, 2)
+				}
+				jobOps[job] = cfs.StopLog()
+			}
+			tidyOps, spareOps := jobOps["tidy"], jobOps["spare"]
 
 			got := "# seal of a one-record live file, sync mode " + mode.String() + ": the critical path\n" +
 				strings.Join(sealOps, "\n") + "\n" +
-				"# then, in the background: the next spare live file\n" +
+				"# then, in the background: the index file (never synced) and the release of unused preallocation\n" +
+				strings.Join(tidyOps, "\n") + "\n" +
+				"# and the next spare live file\n" +
 				strings.Join(spareOps, "\n") + "\n"
 			golden := filepath.Join("testdata", "seal-"+mode.String()+".golden")
 			if *update {
@@ -66,7 +122,7 @@ func TestSealGolden(t *testing.T) {
 			want, err := os.ReadFile(golden)
 			require.NoError(t, err, "run go test -run TestSealGolden -update to create it")
 			require.Equal(t, string(want), got)
-			close(hold)
+			gate.open()
 			checkAndClose(t, s)
 		})
 	}
@@ -79,25 +135,20 @@ func TestSealBarrierBudget(t *testing.T) {
 	for _, mode := range []SyncMode{SyncAlways, SyncManual} {
 		t.Run(mode.String(), func(t *testing.T) {
 			cfs := vfs.NewCounting(vfs.NewMem())
-			// Background spare creation waits for the test, so that its barriers
-			// (which are off the seal's path) do not land inside the measurement.
-			hold := make(chan struct{}, 64)
-			spares := 0
-			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}, func() {
-				if spares > 0 {
-					<-hold
-				}
-				spares++
-			})
+			// Background work waits for the test, so that its barriers (which
+			// are off the seal's path) do not land inside the measurement.
+			gate := newJobGate()
+			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}, gate.wait)
 			require.NoError(t, err)
-			defer close(hold)
+			defer gate.open()
 			for i := 0; i < 50; i++ {
 				require.NoError(t, s.Put([]byte(fmt.Sprintf("key-%d", i)), []byte("v")))
-				waitSpare(t, s, int64(i+2))
+				waitSpare(t, s, int64(i+1))
 				cfs.Reset()
 				require.NoError(t, s.Seal())
 				c := cfs.Counts()
-				hold <- struct{}{}
+				gate.release("tidy")
+				gate.release("spare")
 				require.LessOrEqual(t, c.Syncs, int64(2), "seal %d: file syncs %v", i, c.SyncsByFile)
 				require.Zero(t, c.DirSyncs, "seal %d: directory syncs", i)
 				require.Zero(t, c.Renames, "seal %d: renames", i)
@@ -108,7 +159,7 @@ func TestSealBarrierBudget(t *testing.T) {
 			require.Zero(t, s.Metrics().SpareMisses)
 
 			// An empty seal: nothing at all.
-			waitSpare(t, s, 51)
+			waitSpare(t, s, 50)
 			cfs.Reset()
 			require.NoError(t, s.Seal())
 			c := cfs.Counts()

@@ -82,9 +82,10 @@ type Store struct {
 	closed  atomic.Bool
 	bg      *background
 
-	// beforeSpare, if set (tests only), runs before the background makes a
-	// spare, so that golden tests can keep it out of the seal they record.
-	beforeSpare func()
+	// beforeJob, if set (tests only), runs before the background makes a
+	// spare ("spare") or tidies after a seal ("tidy"), so that tests can keep
+	// that work out of the seal they record.
+	beforeJob func(job string)
 
 	stats    counters
 	recovery *recovery.Report
@@ -140,7 +141,7 @@ func Open(dir string, opts *Options) (*Store, error) {
 	return open(dir, opts, nil)
 }
 
-func open(dir string, opts *Options, beforeSpare func()) (*Store, error) {
+func open(dir string, opts *Options, beforeJob func(job string)) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -152,7 +153,7 @@ func open(dir string, opts *Options, beforeSpare func()) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, beforeSpare: beforeSpare}
+	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, beforeJob: beforeJob}
 	if err := s.fs.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("segkv: create %s: %w", dir, err)
 	}
