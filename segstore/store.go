@@ -17,9 +17,11 @@ import (
 	"log/slog"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/recovery"
@@ -177,6 +179,12 @@ func open(dir string, opts *Options, beforeJob func(job string)) (*Store, error)
 // recover replays the manifest and the live chain and seals every live file
 // of the chain but the last, so that the store starts with one live file.
 func (s *Store) recover() error {
+	// Data files without any manifest mean the manifest was lost, not that
+	// the store is new: recovery would take every data file for an orphan
+	// and remove it. Refuse before anything is created, and touch nothing.
+	if err := s.refuseDataWithoutManifest(); err != nil {
+		return err
+	}
 	mlog, state, mrep, err := manifestlog.Open(s.fs, s.dir, manifestlog.Options{Logger: s.log})
 	if err != nil {
 		return fmt.Errorf("segkv: open manifest: %w", err)
@@ -245,6 +253,27 @@ func (s *Store) recover() error {
 		if err := s.finishSeal(t, chain[i+1].id); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+func (s *Store) refuseDataWithoutManifest() error {
+	names, err := s.fs.List(s.dir)
+	if err != nil {
+		return fmt.Errorf("segkv: list %s: %w", s.dir, err)
+	}
+	var data string
+	for _, name := range names {
+		if strings.HasPrefix(name, "MANIFEST-") {
+			return nil
+		}
+		if _, ext, ok := segment.ParseName(name); ok && ext != segment.NameIndex && data == "" {
+			data = name
+		}
+	}
+	if data != "" {
+		return corruption.New(filepath.Join(s.dir, data), -1,
+			"data file present but the directory has no manifest; refusing to open (restore the MANIFEST-* files)")
 	}
 	return nil
 }

@@ -325,3 +325,32 @@ func sortedKeys(m model) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// TestLostManifestIsRefused: data files without a manifest must not be taken
+// for orphans and removed.
+func TestLostManifestIsRefused(t *testing.T) {
+	mem := vfs.NewMem()
+	s := mustOpen(t, "/db", smallOpts(mem))
+	require.NoError(t, s.Put([]byte("k"), []byte("v")))
+	require.NoError(t, s.Seal())
+	require.NoError(t, s.Close())
+	names, err := mem.List("/db")
+	require.NoError(t, err)
+	for _, n := range names {
+		if len(n) > 9 && n[:9] == "MANIFEST-" {
+			require.NoError(t, mem.Remove("/db/"+n))
+		}
+	}
+	for range 2 { // and again: the refusal must not leave a fresh manifest behind
+		_, err = Open("/db", smallOpts(mem))
+		require.ErrorIs(t, err, ErrCorrupt)
+	}
+	after, err := mem.List("/db")
+	require.NoError(t, err)
+	for _, n := range names {
+		if len(n) > 9 && n[:9] == "MANIFEST-" {
+			continue
+		}
+		require.Contains(t, after, n, "nothing removed")
+	}
+}
