@@ -20,7 +20,7 @@ type background struct {
 
 	tidyMu   sync.Mutex
 	tidyJobs []sealTidy
-	wg    sync.WaitGroup
+	wg       sync.WaitGroup
 	// ctx ends at stop, so that a merge step in progress stops promptly.
 	ctx    context.Context
 	cancel context.CancelFunc

@@ -2,11 +2,11 @@ package segstore
 
 import (
 	"flag"
-	"sync"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"

@@ -72,8 +72,8 @@ type Store struct {
 
 	nextID atomic.Uint64 // next data file id to hand out
 
-	spareMu  sync.Mutex
-	spare    *spareFile
+	spareMu sync.Mutex
+	spare   *spareFile
 
 	// writeSeq numbers published batches; snapshots see those at or below
 	// their own number. snapshots counts open snapshots and iterators.
