@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -298,4 +299,99 @@ func checkCrashPoint(p rlPoint, history []model, keys []string) error {
 		return fmt.Errorf("after second open: %w", err)
 	}
 	return nil
+}
+
+// TestReliabilityCrashSealIntoOlderSpare is the regression test for a bug the
+// corruption suite found: a background spare that raced a seal's inline
+// spare got the lower id, and the next seal moved writers into it, so the
+// new live file had a lower id than the file it continued. Recovery looks
+// for continuations among ids above the manifest's live file, so a crash
+// after the switch and before the seal's manifest commit deleted the new
+// live file with its acknowledged writes.
+func TestReliabilityCrashSealIntoOlderSpare(t *testing.T) {
+	mem := vfs.NewMem()
+	o := &Options{FS: mem, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
+	s := mustOpen(t, "/db", o)
+	defer s.Close()
+	waitSpare(t, s, 1)
+	require.NoError(t, s.Put([]byte("a"), []byte("1")))
+
+	// The hook holds the first sync of a new .log file (the background's
+	// next spare, after it drew its id) and the first manifest sync, each
+	// only while armed.
+	var mu sync.Mutex
+	var holdSpare, holdCommit chan struct{}
+	known := map[string]bool{}
+	spareHeld := make(chan string, 1)
+	commitHeld := make(chan struct{}, 1)
+	mem.SetSyncHook(func(ev vfs.SyncEvent) {
+		if !ev.Before {
+			return
+		}
+		mu.Lock()
+		hs, hc := holdSpare, holdCommit
+		isNew := strings.HasSuffix(ev.Name, ".log") && !known[ev.Name]
+		if hs != nil && isNew {
+			holdSpare = nil
+		}
+		if hc != nil && strings.Contains(ev.Name, "MANIFEST-") {
+			holdCommit = nil
+		} else {
+			hc = nil
+		}
+		mu.Unlock()
+		switch {
+		case hs != nil && isNew:
+			spareHeld <- ev.Name
+			<-hs
+		case hc != nil:
+			commitHeld <- struct{}{}
+			<-hc
+		}
+	})
+	defer mem.SetSyncHook(nil)
+	hs := make(chan struct{})
+	mu.Lock()
+	for _, n := range mem.FileNames() {
+		known[n] = true
+	}
+	holdSpare = hs
+	mu.Unlock()
+	require.NoError(t, s.Seal()) // takes the ready spare; the background starts the next
+	older := <-spareHeld
+	require.NoError(t, s.Put([]byte("b"), []byte("2")))
+	require.NoError(t, s.Seal()) // no spare ready: makes one inline, with a higher id
+	newer := rlTailPath(s)
+	require.Greater(t, newer, older, "the inline spare must have drawn the higher id")
+	close(hs) // the held spare becomes the ready one
+	require.Eventually(t, func() bool {
+		s.spareMu.Lock()
+		defer s.spareMu.Unlock()
+		return s.spare != nil && s.spare.path == older
+	}, timeout, tick)
+	require.NoError(t, s.Put([]byte("c"), []byte("3")))
+
+	// Seal again, holding its manifest commit; an acknowledged write lands
+	// in the new live file meanwhile; power is lost before the commit is
+	// durable.
+	hc := make(chan struct{})
+	mu.Lock()
+	holdCommit = hc
+	mu.Unlock()
+	sealErr := make(chan error, 1)
+	go func() { sealErr <- s.Seal() }()
+	<-commitHeld
+	require.NoError(t, s.Put([]byte("d"), []byte("4")))
+	live := rlTailPath(s)
+	img := mem.CrashClone(vfs.CrashDropUnsynced, nil)
+	close(hc)
+	require.NoError(t, <-sealErr)
+	t.Logf("live files: %s, then %s (inline spare), then %s", older, newer, live)
+
+	st, err := Open("/db", &Options{FS: img, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
+	require.NoError(t, err)
+	defer st.Close()
+	require.NoError(t, fullDiff(st, model{"a": "1", "b": "2", "c": "3", "d": "4"}, nil),
+		"recovery report %+v", st.RecoveryReport())
+	require.NoError(t, st.Check())
 }

@@ -103,6 +103,16 @@ func (s *Store) sealLocked() error {
 	if err != nil {
 		return err
 	}
+	if sp.id < old.id {
+		// A background spare that raced a seal's inline one can be older
+		// than the live file. Recovery looks for a live file's continuation
+		// only among higher ids, so never continue into a lower one.
+		sp.f.Close()
+		s.fs.Remove(sp.path)
+		if sp, err = s.makeSpare(); err != nil {
+			return err
+		}
+	}
 	// Size the new key directory like the old one: growing a map of a
 	// million keys rehashes it twenty times on the write path.
 	old.mu.RLock()
