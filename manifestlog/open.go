@@ -191,9 +191,11 @@ func (r *replayer) frame(off int64, payload []byte) error {
 func (r *replayer) edit(off int64, rec *record) error {
 	l := r.l
 	cur := l.seq.Load()
-	if !r.applied && rec.seq <= l.ckptSeq {
+	if !r.applied && r.phase != phaseActive && rec.seq <= l.ckptSeq {
 		// Already covered by the checkpoint: replaying it again would
-		// change nothing, by construction of results-not-deltas.
+		// change nothing, by construction of results-not-deltas. Only the
+		// copy-forward backlog (before the activate record) can hold such
+		// an edit; after it, a repeat is corruption like any other.
 		return nil
 	}
 	if rec.seq != cur+1 {
