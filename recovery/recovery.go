@@ -29,7 +29,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"iter"
 	"log/slog"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -395,6 +397,12 @@ func BuildIndex(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
 // 8 bytes after the prefix all keys share as a big-endian word, and whole keys
 // are compared only when those words tie.
 func EntriesFromMap(m map[string]index.Entry) []index.Entry {
+	return SortedEntries(len(m), maps.All(m))
+}
+
+// SortedEntries is EntriesFromMap over any key directory: n is its size, all
+// yields each key once with its entry.
+func SortedEntries(n int, all iter.Seq2[string, index.Entry]) []index.Entry {
 	type sortable struct {
 		word uint64
 		key  string
@@ -402,7 +410,7 @@ func EntriesFromMap(m map[string]index.Entry) []index.Entry {
 	}
 	var prefix string
 	first := true
-	for k := range m {
+	for k := range all {
 		if first {
 			prefix, first = k, false
 			continue
@@ -413,8 +421,8 @@ func EntriesFromMap(m map[string]index.Entry) []index.Entry {
 		}
 		prefix = prefix[:n]
 	}
-	items := make([]sortable, 0, len(m))
-	for k, e := range m {
+	items := make([]sortable, 0, n)
+	for k, e := range all {
 		var w [8]byte
 		copy(w[:], k[len(prefix):])
 		items = append(items, sortable{word: binary.BigEndian.Uint64(w[:]), key: k, e: e})

@@ -4,14 +4,10 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"time"
 
-	"github.com/cespare/xxhash/v2"
-
 	"github.com/segkv/segkv/index"
-	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/wal"
 )
@@ -196,17 +192,8 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 			s.fs.Remove(df.path)
 		}
 	}()
-	digest := xxhash.New()
-	off := int64(0)
-	write := func(b []byte) error {
-		if _, err := f.WriteAt(b, off); err != nil {
-			return fmt.Errorf("segkv: write merge output %s: %w", df.path, err)
-		}
-		digest.Write(b)
-		off += int64(len(b))
-		return nil
-	}
-	if err := write(segment.Header()); err != nil {
+	out := newDigestWriter(f, df.path)
+	if err := out.write(segment.Header()); err != nil {
 		return nil, err
 	}
 
@@ -244,9 +231,9 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 		if len(payload) == 0 {
 			return nil
 		}
-		frameOff := off
+		frameOff := out.off
 		frame = wal.AppendFrame(frame[:0], payload, 0)
-		if err := write(frame); err != nil {
+		if err := out.write(frame); err != nil {
 			return err
 		}
 		for _, i := range pending {
@@ -330,36 +317,17 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	// The output must be durable, and its directory entry too, before the
 	// manifest names it. This directory sync is on the merge's path, not a
 	// writer's.
-	if err := f.Sync(); err != nil {
-		return nil, fmt.Errorf("segkv: sync merge output: %w", err)
+	length, digest, err := out.finish()
+	if err != nil {
+		return nil, err
 	}
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return nil, fmt.Errorf("segkv: sync directory for merge output: %w", err)
 	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("segkv: close merge output: %w", err)
-	}
-	ident := index.Identity{DataLength: off, DataDigest: digest.Sum64()}
-	ixData, ixSum, err := index.Encode(entries, ident)
-	if err != nil {
-		return nil, fmt.Errorf("segkv: encode merge index: %w", err)
-	}
-	ixPath := filepath.Join(s.dir, segment.IndexName(id))
-	if err := index.Write(s.fs, ixPath, ixData); err != nil {
-		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", ixPath, "err", err)
-	}
-	ix, err := index.Decode(ixPath, ixData, ixSum, ident)
+	sg, ixData, err := s.buildSegment(df, length, digest, entries, records, maxOrder)
 	if err != nil {
 		return nil, err
 	}
-	meta := manifestlog.SegmentMeta{
-		ID: id, FileKind: segment.KindSeg, Order: maxOrder,
-		DataLength: off, DataDigest: ident.DataDigest, IndexChecksum: ixSum,
-		Records: records, Keys: uint64(len(entries)),
-	}
-	if len(entries) > 0 {
-		meta.MinKey = bytes.Clone(entries[0].Key)
-		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
-	}
-	return &sealed{meta: meta, df: df, ix: ix}, nil
+	s.writeIndexFile(id, ixData)
+	return sg, nil
 }

@@ -1,7 +1,6 @@
 package segstore
 
 import (
-	"bytes"
 	"fmt"
 	"path/filepath"
 
@@ -160,36 +159,19 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 		return err
 	}
 	t.mu.RLock()
-	latest := make(map[string]index.Entry, len(t.keys))
-	for k, l := range t.keys {
-		latest[k] = index.Entry{Kind: l.kind, Offset: l.off, Length: l.length}
-	}
+	entries := recovery.SortedEntries(len(t.keys), func(yield func(string, index.Entry) bool) {
+		for k, l := range t.keys {
+			if !yield(k, index.Entry{Kind: l.kind, Offset: l.off, Length: l.length}) {
+				return
+			}
+		}
+	})
 	records := t.records
 	t.mu.RUnlock()
-	entries := recovery.EntriesFromMap(latest)
-	ixData, ixSum, err := index.Encode(entries, index.Identity{DataLength: end, DataDigest: digest})
+	seg, ixData, err := s.buildSegment(t.df, end, digest, entries, uint64(records), 0)
 	if err != nil {
-		return fmt.Errorf("segkv: encode index of %s: %w", t.path, err)
+		return err
 	}
-	ixPath := filepath.Join(s.dir, segment.IndexName(t.id))
-	ix, err := index.Decode(ixPath, ixData, ixSum, index.Identity{DataLength: end, DataDigest: digest})
-	if err != nil {
-		return fmt.Errorf("segkv: decode fresh index %s: %w", ixPath, err)
-	}
-	meta := manifestlog.SegmentMeta{
-		ID:            t.id,
-		FileKind:      segment.KindLog,
-		DataLength:    end,
-		DataDigest:    digest,
-		IndexChecksum: ixSum,
-		Records:       uint64(records),
-		Keys:          uint64(len(entries)),
-	}
-	if len(entries) > 0 {
-		meta.MinKey = bytes.Clone(entries[0].Key)
-		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
-	}
-	seg := &sealed{meta: meta, df: t.df, ix: ix}
 	if err := s.commitSegments([]*sealed{seg}, nil, liveID, func() {
 		if s.frozen == t {
 			s.frozen = nil
@@ -203,7 +185,7 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 	// metadata work that waits on the file system's journal: off the seal's
 	// path. Neither needs a barrier: the index is a cache (rebuilt if a crash
 	// loses it) and the manifest records the data length.
-	s.bg.afterSeal(sealTidy{df: t.df, length: end, ixPath: ixPath, ixData: ixData})
+	s.bg.afterSeal(sealTidy{df: t.df, length: end, ixData: ixData})
 	s.stats.seals.Add(1)
 	s.bg.requestMerge()
 	return nil
@@ -277,7 +259,6 @@ func containsID(ids []uint64, id uint64) bool {
 type sealTidy struct {
 	df     *dataFile
 	length int64
-	ixPath string
 	ixData []byte
 }
 
@@ -288,9 +269,7 @@ func (s *Store) tidy(j sealTidy) {
 	if j.df.retired.Load() {
 		return
 	}
-	if err := index.Write(s.fs, j.ixPath, j.ixData); err != nil {
-		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", j.ixPath, "err", err)
-	}
+	s.writeIndexFile(j.df.id, j.ixData)
 	f, err := s.fs.OpenReadWrite(j.df.path)
 	if err == nil {
 		err = f.Truncate(j.length)

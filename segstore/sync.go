@@ -223,17 +223,8 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err := segment.CheckHeader(name, hdr); err != nil {
 		return nil, err
 	}
-	digest := xxhash.New()
-	off := int64(0)
-	write := func(b []byte) error {
-		if _, err := f.WriteAt(b, off); err != nil {
-			return fmt.Errorf("segkv: import: write %s: %w", df.path, err)
-		}
-		digest.Write(b)
-		off += int64(len(b))
-		return nil
-	}
-	if err := write(hdr); err != nil {
+	out := newDigestWriter(f, df.path)
+	if err := out.write(hdr); err != nil {
 		return nil, err
 	}
 	latest := map[string]index.Entry{}
@@ -252,7 +243,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 		if err != nil {
 			return nil, err
 		}
-		frameOff := off
+		frameOff := out.off
 		err = segment.ForEachRecord(name, frameOff, payload, func(rec segment.Record, recOff int64, n int) error {
 			if rec.Kind == segment.KindLink {
 				if _, _, ok := segment.ParseLink(rec); !ok || !first {
@@ -275,49 +266,20 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 		if err != nil {
 			return nil, err
 		}
-		if err := write(frame); err != nil {
+		if err := out.write(frame); err != nil {
 			return nil, err
 		}
 	}
-	if err := f.Sync(); err != nil {
-		return nil, fmt.Errorf("segkv: import: sync %s: %w", df.path, err)
-	}
-	if err := f.Close(); err != nil {
-		return nil, fmt.Errorf("segkv: import: close %s: %w", df.path, err)
-	}
-	sg, err := s.indexImported(df, off, digest.Sum64(), latest, records)
+	length, digest, err := out.finish()
 	if err != nil {
-		s.fs.Remove(df.path)
 		return nil, err
 	}
+	sg, ixData, err := s.buildSegment(df, length, digest, recovery.EntriesFromMap(latest), records, 0)
+	if err != nil {
+		return nil, err
+	}
+	s.writeIndexFile(id, ixData)
 	return sg, nil
-}
-
-// indexImported builds, writes (unsynced) and loads the index of an imported file.
-func (s *Store) indexImported(df *dataFile, length int64, digest uint64, latest map[string]index.Entry, records uint64) (*sealed, error) {
-	entries := recovery.EntriesFromMap(latest)
-	ident := index.Identity{DataLength: length, DataDigest: digest}
-	ixData, ixSum, err := index.Encode(entries, ident)
-	if err != nil {
-		return nil, fmt.Errorf("segkv: import: encode index: %w", err)
-	}
-	ixPath := filepath.Join(s.dir, segment.IndexName(df.id))
-	if err := index.Write(s.fs, ixPath, ixData); err != nil {
-		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", ixPath, "err", err)
-	}
-	ix, err := index.Decode(ixPath, ixData, ixSum, ident)
-	if err != nil {
-		return nil, err
-	}
-	meta := manifestlog.SegmentMeta{
-		ID: df.id, FileKind: segment.KindSeg, DataLength: length, DataDigest: digest,
-		IndexChecksum: ixSum, Records: records, Keys: uint64(len(entries)),
-	}
-	if len(entries) > 0 {
-		meta.MinKey = bytes.Clone(entries[0].Key)
-		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
-	}
-	return &sealed{meta: meta, df: df, ix: ix}, nil
 }
 
 // Changes is what a peer needs to catch up from a ManifestSeq it saw.
