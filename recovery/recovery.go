@@ -136,7 +136,7 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 	for _, m := range state.Segments {
 		metas = append(metas, m)
 	}
-	slices.SortFunc(metas, func(a, b manifestlog.SegmentMeta) int { return cmpU64(a.Order, b.Order) })
+	slices.SortFunc(metas, func(a, b manifestlog.SegmentMeta) int { return cmp.Compare(a.Order, b.Order) })
 	for _, m := range metas {
 		dataPath := path(segment.DataName(m.ID, m.FileKind))
 		size, err := fsys.Stat(dataPath)
@@ -448,14 +448,4 @@ func sortedKeys[V any](m map[uint64]V) []uint64 {
 	}
 	slices.Sort(keys)
 	return keys
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
