@@ -8,6 +8,7 @@
 //	peerbench -engines segkv,pebble -workloads put1,bulk,get -json
 //	peerbench -cpuprofile cpu.out     # samples carry the label phase=<engine>:<workload>
 //	go tool pprof -tagfocus phase=segkv:bulk -top cpu.out
+//	peerbench -engines segkv -workloads get2 -mutexprofile mu.out
 //
 // Workloads (32-byte keys, 100-byte values; keys are in random order):
 //
@@ -32,6 +33,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"time"
@@ -64,6 +66,7 @@ type config struct {
 	keep       bool
 	quiet      bool
 	cpuprofile string
+	mutexprof  string
 }
 
 var allWorkloads = []string{"put1", "put32", "bulk", "reopen", "get1", "get2", "miss1", "miss2"}
@@ -93,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.keep, "keep", false, "keep the stores on disk after the run")
 	fs.BoolVar(&c.quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile here; samples are labelled phase=<engine>:<workload>")
+	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile here (unlabelled: narrow -engines and -workloads to attribute it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -204,6 +208,12 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 			err = errors.Join(err, f.Close())
 		}()
 	}
+	if c.mutexprof != "" {
+		// Sample every contention event: the run is short, and a low rate
+		// would miss the lock a read path takes once per Get.
+		runtime.SetMutexProfileFraction(1)
+		defer func() { err = errors.Join(err, writeProfile("mutex", c.mutexprof)) }()
+	}
 	b, err := newBench(c, stderr)
 	if err != nil {
 		return err
@@ -217,4 +227,12 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 		return writeJSON(stdout, res)
 	}
 	return writeTable(stdout, res)
+}
+
+func writeProfile(name, path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup(name).WriteTo(f, 0), f.Close())
 }
