@@ -531,6 +531,13 @@ func (s *Store) Close() error {
 		s.mu.RLock()
 		t := s.tail
 		s.mu.RUnlock()
+		// Release the live file's unused preallocation: the next Open scans
+		// the file to its end (it cannot tell zeros from lost data without
+		// looking), and Open preallocates again. No barrier of its own: if a
+		// crash undoes it, the next Open is slower, not wrong.
+		if err := t.file.Truncate(t.w.Offset()); err != nil {
+			s.log.Warn("segkv: releasing the live file's preallocation on close failed", "path", t.path, "err", err)
+		}
 		if err := t.w.Sync(); err != nil {
 			errs = append(errs, fmt.Errorf("segkv: sync on close: %w", err))
 		}
