@@ -36,7 +36,7 @@ type seqFixture struct {
 func buildSeqFixture(t *testing.T) *seqFixture {
 	t.Helper()
 	mem := vfs.NewMem()
-	o := &Options{FS: mem, Merge: MergeOptions{Disable: true}}
+	o := seqOpts(mem)
 	s := mustOpen(t, "/db", o)
 	want := model{}
 	n := 0
@@ -56,7 +56,7 @@ func buildSeqFixture(t *testing.T) *seqFixture {
 	put(20)
 	require.NoError(t, s.Seal())
 	require.NoError(t, s.Compact(t.Context()))
-	peer := mustOpen(t, "/peer", &Options{FS: vfs.NewMem()})
+	peer := mustOpen(t, "/peer", seqOpts(vfs.NewMem()))
 	require.NoError(t, peer.Put([]byte("imp"), []byte("peer")))
 	stream := exportNewest(t, peer)
 	require.NoError(t, peer.Close())
@@ -221,7 +221,7 @@ func TestReliabilityManifestSequence(t *testing.T) {
 			copy(b[e.off:], frame)
 			mem := fx.clone(t)
 			require.NoError(t, mem.WriteFile(fx.mani, b))
-			s, err := Open("/db", &Options{FS: mem, Merge: MergeOptions{Disable: true}})
+			s, err := Open("/db", seqOpts(mem))
 			if err == nil {
 				defer s.Close()
 				t.Fatalf("Open accepted a manifest whose edit %d says seq %d (last seq %d): store has %d segments, ManifestSeq %d; %v",
@@ -267,7 +267,7 @@ func TestReliabilityMissingOrShortSegment(t *testing.T) {
 			t.Run(filepath.Base(p)+" "+name, func(t *testing.T) {
 				mem := fx.clone(t)
 				require.NoError(t, fn(mem))
-				s, err := Open("/db", &Options{FS: mem, Merge: MergeOptions{Disable: true}})
+				s, err := Open("/db", seqOpts(mem))
 				if err == nil {
 					defer s.Close()
 					t.Fatalf("Open accepted a store whose segment %s is %s: %d segments; %v", p, name, len(s.Segments()), fullDiff(s, fx.want, nil))
@@ -284,7 +284,7 @@ func TestReliabilityMissingOrShortSegment(t *testing.T) {
 						require.NoError(t, mem.Remove(n))
 					}
 				}
-				s, err = Open("/db", &Options{FS: mem, Merge: MergeOptions{Disable: true}})
+				s, err = Open("/db", seqOpts(mem))
 				require.NoError(t, err)
 				defer s.Close()
 				require.NoError(t, fullDiff(s, fx.want, nil))
@@ -305,7 +305,7 @@ func TestReliabilityMissingLiveFileOrManifest(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			mem := fx.clone(t)
 			require.NoError(t, mem.Remove(victim))
-			s, err := Open("/db", &Options{FS: mem, Merge: MergeOptions{Disable: true}})
+			s, err := Open("/db", seqOpts(mem))
 			if err == nil {
 				defer s.Close()
 				t.Fatalf("Open accepted a store without its %s %s: %d segments; %v", name, victim, len(s.Segments()), fullDiff(s, fx.want, nil))
@@ -335,13 +335,13 @@ func truncateTo(mem *vfs.Mem, p string, n int64) error {
 // opened without the acknowledged import.
 func TestReliabilityManifestRepeatAfterCheckpoint(t *testing.T) {
 	mem := vfs.NewMem()
-	o := &Options{FS: mem, Merge: MergeOptions{Disable: true}}
+	o := seqOpts(mem)
 	s := mustOpen(t, "/db", o)
 	require.NoError(t, s.Put([]byte("k"), []byte("old")))
 	require.NoError(t, s.Seal())
 	require.NoError(t, s.mlog.Checkpoint())
 	ckpt := s.ManifestSeq()
-	peer := mustOpen(t, "/peer", &Options{FS: vfs.NewMem()})
+	peer := mustOpen(t, "/peer", seqOpts(vfs.NewMem()))
 	require.NoError(t, peer.Put([]byte("k"), []byte("imported")))
 	stream := exportNewest(t, peer)
 	require.NoError(t, peer.Close())
@@ -365,4 +365,10 @@ func TestReliabilityManifestRepeatAfterCheckpoint(t *testing.T) {
 	}
 	require.ErrorIs(t, err, ErrCorrupt)
 	require.True(t, namesFile(err, mani), "%v", err)
+}
+
+// seqOpts keeps live files small: the default 64 MiB preallocation would make
+// copying a fixture file by file slow.
+func seqOpts(mem *vfs.Mem) *Options {
+	return &Options{FS: mem, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
 }
