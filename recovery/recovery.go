@@ -28,6 +28,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"iter"
 	"log/slog"
@@ -41,6 +42,7 @@ import (
 	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
+	"github.com/segkv/segkv/wal"
 )
 
 // Options configures Run.
@@ -183,6 +185,11 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 			var err error
 			if id == state.LiveID {
 				lf, rr, err = replayLive(fsys, p, id, opts)
+			} else if unused, uerr := unusedSpare(fsys, p); uerr == nil && unused {
+				// A continuation's first frame is its link record, and any
+				// later sync made it durable too: no first frame, nothing
+				// written. Skip it without scanning its preallocated space.
+				continue
 			} else {
 				// Validate a candidate before any of its records reach the caller;
 				// continuations only exist after a crash inside a seal, so reading
@@ -273,6 +280,30 @@ func replayLive(fsys vfs.FS, p string, id uint64, opts Options) (LiveFile, segme
 	lf.End = rr.Scan.End
 	lf.Records = rr.Records
 	return lf, rr, nil
+}
+
+// unusedSpare reports whether the live file at p has no first frame: a
+// spare made ahead of need that no writer used.
+func unusedSpare(fsys vfs.FS, p string) (bool, error) {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return false, err
+	}
+	defer f.Close()
+	hdr := make([]byte, wal.HeaderSize)
+	n, err := f.ReadAt(hdr, segment.HeaderSize)
+	if n < len(hdr) {
+		return true, nil
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, err
+	}
+	for _, b := range hdr {
+		if b != 0 {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // settleLive truncates a torn tail and syncs the live file, so that what the

@@ -557,7 +557,12 @@ func (s *Store) closeResources() error {
 	s.mu.Unlock()
 	s.spareMu.Lock()
 	if s.spare != nil {
+		// An unused spare is only preallocated space: give it back now
+		// rather than leave it for the next Open to find and remove.
 		errs = append(errs, s.spare.f.Close())
+		if err := s.fs.Remove(s.spare.path); err != nil {
+			s.log.Debug("segkv: removing the unused spare failed; the next open removes it", "path", s.spare.path, "err", err)
+		}
 		s.spare = nil
 	}
 	s.spareMu.Unlock()
