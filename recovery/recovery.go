@@ -198,6 +198,11 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 			}
 			if err != nil {
 				if id == state.LiveID {
+					if errors.Is(err, fs.ErrNotExist) {
+						// Named by the manifest, so it was durable: its absence is
+						// damage, not something a crash leaves.
+						return nil, rep, corruption.New(p, -1, "live file %d named by the manifest is missing", id)
+					}
 					return nil, rep, err
 				}
 				// A file that cannot be read as a continuation is not part of the

@@ -249,3 +249,11 @@ func TestEntriesFromMapSorts(t *testing.T) {
 		}
 	})
 }
+
+func TestMissingLiveFileIsCorruption(t *testing.T) {
+	mem := newMem(t)
+	_, _, err := Run(mem, dir, manifestlog.State{LiveID: 7}, Options{})
+	var ce *corruption.Error
+	require.ErrorAs(t, err, &ce)
+	require.Contains(t, ce.Path, segment.DataName(7, segment.KindLog))
+}
