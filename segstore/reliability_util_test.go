@@ -6,7 +6,6 @@ package segstore
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"path/filepath"
 	"slices"
@@ -132,17 +131,8 @@ func fullDiff(s *Store, m model, extra []string) error {
 	}
 	keys := append(sortedKeys(m), extra...)
 	for _, k := range keys {
-		v, err := s.Get([]byte(k))
-		want, ok := m[k]
-		switch {
-		case err != nil && !errors.Is(err, ErrNotFound):
-			return fmt.Errorf("get %s: %w", k, err)
-		case err != nil && ok:
-			return fmt.Errorf("get %s: missing, want %.24q", k, want)
-		case err == nil && !ok:
-			return fmt.Errorf("get %s: %.24q, want absent", k, v)
-		case err == nil && string(v) != want:
-			return fmt.Errorf("get %s: %.24q, want %.24q", k, v, want)
+		if err := checkGet(s, m, k); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -210,19 +210,26 @@ func applyOps(s *Store, ops []op) error {
 // every key of the key space.
 func diff(s *Store, m model, keySpace int) error {
 	for i := 0; i < keySpace; i++ {
-		k := fmt.Sprintf("key-%03d", i)
-		v, err := s.Get([]byte(k))
-		want, ok := m[k]
-		switch {
-		case err != nil && !errors.Is(err, ErrNotFound):
-			return fmt.Errorf("get %s: %w", k, err)
-		case err != nil && ok:
-			return fmt.Errorf("%s: missing, want %.20q", k, want)
-		case err == nil && !ok:
-			return fmt.Errorf("%s: present (%.20q), want absent", k, v)
-		case err == nil && string(v) != want:
-			return fmt.Errorf("%s: %.20q, want %.20q", k, v, want)
+		if err := checkGet(s, m, fmt.Sprintf("key-%03d", i)); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// checkGet compares one Get of key k with the model.
+func checkGet(s *Store, m model, k string) error {
+	v, err := s.Get([]byte(k))
+	want, ok := m[k]
+	switch {
+	case err != nil && !errors.Is(err, ErrNotFound):
+		return fmt.Errorf("get %s: %w", k, err)
+	case err != nil && ok:
+		return fmt.Errorf("get %s: missing, want %.24q", k, want)
+	case err == nil && !ok:
+		return fmt.Errorf("get %s: %.24q, want absent", k, v)
+	case err == nil && string(v) != want:
+		return fmt.Errorf("get %s: %.24q, want %.24q", k, v, want)
 	}
 	return nil
 }
