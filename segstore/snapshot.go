@@ -1,10 +1,10 @@
 package segstore
 
 import (
+	"fmt"
 	"slices"
 	"sync/atomic"
 
-	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
 )
 
@@ -74,7 +74,7 @@ func (sn *Snapshot) Get(key []byte) ([]byte, error) {
 		return nil, ErrClosed
 	}
 	if len(key) > sn.s.opts.MaxKeySize {
-		return nil, ErrKeyTooLarge
+		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLarge, len(key), sn.s.opts.MaxKeySize)
 	}
 	for _, t := range sn.tails {
 		t.mu.RLock()
@@ -91,15 +91,5 @@ func (sn *Snapshot) Get(key []byte) ([]byte, error) {
 		}
 		return sn.s.readValue(t.df, l.off, l.length, l.kind, key)
 	}
-	for _, sg := range sn.segs {
-		e, ok := sg.ix.Get(key)
-		if !ok {
-			continue
-		}
-		if e.Kind == index.KindDelete {
-			return nil, ErrNotFound
-		}
-		return sn.s.readValue(sg.df, e.Offset, e.Length, e.Kind, key)
-	}
-	return nil, ErrNotFound
+	return sn.s.getSealed(sn.segs, key)
 }

@@ -450,7 +450,14 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 			return s.readValue(t.df, l.off, l.length, l.kind, key)
 		}
 	}
-	for _, seg := range s.segs {
+	return s.getSealed(s.segs, key)
+}
+
+// getSealed looks key up in sealed segments ordered newest first: the first
+// segment whose index holds the key decides. The caller keeps them pinned
+// (or holds mu).
+func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
+	for _, seg := range segs {
 		e, ok := seg.ix.Get(key)
 		if !ok {
 			continue
@@ -464,7 +471,7 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 }
 
 // readValue reads and verifies the record at off in data file d and returns
-// a copy of its value. The caller keeps d pinned (or holds mu).
+// its value, which the caller owns. The caller keeps d pinned (or holds mu).
 func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key []byte) ([]byte, error) {
 	h, err := s.files.acquire(d.id, d.path)
 	if err != nil {
