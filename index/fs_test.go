@@ -86,7 +86,7 @@ func TestCrashNeverGivesAWrongAnswer(t *testing.T) {
 	newData, newSum := mustEncode(t, newEntries, newID)
 
 	var loaded, corrupt, missing int
-	modes := []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset, vfs.CrashGarbageTail}
+	modes := []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset, vfs.CrashGarbageTail, vfs.CrashTornSectors}
 	for _, mode := range modes {
 		for seed := range uint64(50) {
 			for _, durableOld := range []bool{false, true} {

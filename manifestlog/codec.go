@@ -8,7 +8,7 @@ import (
 )
 
 // Record kinds: the first byte of every frame payload. A reader that meets a
-// kind it does not know refuses the file (it is corruption under version 1;
+// kind it does not know refuses the file (it is corruption under version 2;
 // a future kind comes with a new version).
 const (
 	kindHeader     byte = 1 // magic, version, generation
@@ -16,16 +16,19 @@ const (
 	kindSegments   byte = 3 // a chunk of checkpoint segments
 	kindEdit       byte = 4 // one committed edit
 	kindActivate   byte = 5 // the generation is complete and authoritative
+	kindReplica    byte = 6 // a copy of the group of frames just before it
 )
 
 // Version is the manifest format version this package writes and the only
-// one it reads.
-const Version uint32 = 1
+// one it reads. Version 2 added replica records; a version 1 reader would
+// refuse them as an unknown kind, and a version 1 file lacks them, which
+// this reader would take for damage, so neither reads the other.
+const Version uint32 = 2
 
 // magic opens every header record.
 const magic = "segkvMNF"
 
-// flagSetLive is the only flag bit of an edit record under version 1.
+// flagSetLive is the only flag bit of an edit record.
 const flagSetLive byte = 1
 
 // minSegmentSize is the smallest possible encoding of one segment; decoders
@@ -58,6 +61,11 @@ type record struct {
 
 	segs   []SegmentMeta // kindSegments, kindEdit (adds)
 	remove []uint64      // kindEdit
+
+	// kindReplica: the offset of the first frame of the group it copies,
+	// and the payloads of the group's frames, in order.
+	groupStart uint64
+	payloads   [][]byte
 }
 
 // --- encoding ---
@@ -146,6 +154,27 @@ func appendEdit(b []byte, seq uint64, e *Edit, nextID, nextOrder uint64) []byte 
 func appendActivate(b []byte, seq uint64) []byte {
 	b = append(b, kindActivate)
 	return appendUvarint(b, seq)
+}
+
+// appendReplica encodes a replica of the group of frames starting at file
+// offset start with these payloads.
+func appendReplica(b []byte, start int64, payloads [][]byte) []byte {
+	b = append(b, kindReplica)
+	b = appendUvarint(b, uint64(start))
+	b = appendUvarint(b, uint64(len(payloads)))
+	for _, p := range payloads {
+		b = appendBytes(b, p)
+	}
+	return b
+}
+
+// replicaSize is an upper bound of appendReplica's output.
+func replicaSize(payloads [][]byte) int {
+	n := 1 + 2*binary.MaxVarintLen64
+	for _, p := range payloads {
+		n += binary.MaxVarintLen64 + len(p)
+	}
+	return n
 }
 
 // --- decoding ---
@@ -327,6 +356,23 @@ func decodeRecord(p []byte) (record, error) {
 		}
 	case kindActivate:
 		r.seq = d.uvarint()
+	case kindReplica:
+		r.groupStart = d.uvarint()
+		if r.groupStart > math.MaxInt64 {
+			d.fail(fmt.Errorf("group offset %d out of range", r.groupStart))
+		}
+		n := d.count(2) // each payload: a length and at least one byte
+		if n == 0 && d.err == nil {
+			return r, errors.New("replica of an empty group")
+		}
+		r.payloads = make([][]byte, 0, n)
+		for i := 0; i < n && d.err == nil; i++ {
+			p := d.bytes()
+			if len(p) == 0 && d.err == nil {
+				d.fail(errors.New("empty payload in a replica"))
+			}
+			r.payloads = append(r.payloads, p)
+		}
 	default:
 		return r, fmt.Errorf("unknown record kind %d", r.kind)
 	}

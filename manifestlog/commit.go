@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"fmt"
 	"slices"
-
-	"github.com/segkv/segkv/wal"
 )
 
 // Commit makes e durable and returns its sequence number. When it returns
@@ -210,8 +208,8 @@ func (l *Log) failQueue(err error) {
 	l.queue = nil
 }
 
-// writeBatch writes every queued edit as consecutive frames in one WriteAt,
-// syncs once, then applies them and wakes their callers. mu held on entry
+// writeBatch writes every queued edit as consecutive frames, followed by
+// their replica (replica.go), in one WriteAt, syncs once, then applies them and wakes their callers. mu held on entry
 // and exit, released during I/O; the caller holds the write token.
 func (l *Log) writeBatch() {
 	batch := l.queue
@@ -219,14 +217,11 @@ func (l *Log) writeBatch() {
 	f, off, wm := l.f, l.end, l.synced
 	l.mu.Unlock()
 
-	size := 0
-	for _, p := range batch {
-		size += frameHeaderSize + len(p.payload)
+	payloads := make([][]byte, len(batch))
+	for i, p := range batch {
+		payloads[i] = p.payload
 	}
-	buf := make([]byte, 0, size)
-	for _, p := range batch {
-		buf = wal.AppendFrame(buf, p.payload, uint64(wm))
-	}
+	buf := appendGroups(make([]byte, 0, groupsSize(payloads)), off, payloads, uint64(wm))
 	l.ensureAlloc(f, &l.alloc, off+int64(len(buf)))
 	_, err := f.WriteAt(buf, off)
 	if err == nil {

@@ -14,7 +14,7 @@ import (
 	"github.com/segkv/segkv/vfs"
 )
 
-var crashModes = []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset, vfs.CrashGarbageTail}
+var crashModes = []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset, vfs.CrashGarbageTail, vfs.CrashTornSectors}
 
 // crashImage is the file system a power loss would leave at one sync point,
 // with the number of commits acknowledged at that moment.
@@ -45,13 +45,13 @@ func TestCrashAtEverySyncPoint(t *testing.T) {
 	t.Logf("crash points covered: %d (%d seeds, %d modes, before and after every sync); "+
 		"%d mid-rotation (newest generation written but not activated); "+
 		"%d with a new generation activated and an older one not yet retired; "+
-		"%d kept an unacknowledged commit; %d needed a repair at Open",
-		total.points, seeds, len(crashModes), total.midRotation, total.beforeRetire, total.inFlight, total.repaired)
+		"%d kept an unacknowledged commit; %d needed a repair at Open, %d of them restored torn frames from a replica",
+		total.points, seeds, len(crashModes), total.midRotation, total.beforeRetire, total.inFlight, total.repaired, total.restored)
 	require.Greater(t, total.midRotation, 0)
 	require.Greater(t, total.beforeRetire, 0)
 }
 
-type crashCounts struct{ points, midRotation, beforeRetire, inFlight, repaired int }
+type crashCounts struct{ points, midRotation, beforeRetire, inFlight, repaired, restored int }
 
 func (c *crashCounts) add(o crashCounts) {
 	c.points += o.points
@@ -59,6 +59,7 @@ func (c *crashCounts) add(o crashCounts) {
 	c.beforeRetire += o.beforeRetire
 	c.inFlight += o.inFlight
 	c.repaired += o.repaired
+	c.restored += o.restored
 }
 
 // classify reports whether the image holds an unactivated newest generation
@@ -136,6 +137,9 @@ func runCrashWorkload(t *testing.T, seed uint64, steps int) (c crashCounts) {
 		require.NoError(t, err, img.label)
 		if len(rep.Actions) > 0 {
 			c.repaired++
+		}
+		if len(rep.RestoredFrames) > 0 {
+			c.restored++ // a torn group completed from its replica
 		}
 		if st.Seq > uint64(img.acked) {
 			c.inFlight++

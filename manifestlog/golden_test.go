@@ -14,11 +14,12 @@ import (
 	"github.com/segkv/segkv/vfs"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/golden-v1.manifest and the fuzz seed corpus")
+var update = flag.Bool("update", false, "rewrite testdata/golden-v2.manifest and the fuzz seed corpus")
 
 const (
-	goldenPath = "testdata/golden-v1.manifest"
-	goldenGen  = 2 // the golden history rotates once
+	goldenPath   = "testdata/golden-v2.manifest"
+	goldenV1Path = "testdata/golden-v1.manifest" // the same history in format version 1 (2026-12-02)
+	goldenGen    = 2                             // the golden history rotates once
 )
 
 // goldenHistory is the fixed history of the golden file. It exercises every
@@ -103,6 +104,23 @@ func TestGolden(t *testing.T) {
 	require.Equal(t, golden, fresh, "the encoder no longer writes the version-%d format byte for byte", Version)
 }
 
+// TestGoldenV1Refused: a version 1 file (no replicas) is refused with
+// ErrUnsupportedVersion, never read as damaged or misread, and left alone.
+func TestGoldenV1Refused(t *testing.T) {
+	v1, err := os.ReadFile(goldenV1Path)
+	require.NoError(t, err)
+	fsys := vfs.NewMem()
+	path := filepath.Join(testDir, genName(goldenGen))
+	writeRaw(t, fsys, path, v1)
+	_, _, _, err = Open(fsys, testDir, Options{})
+	require.ErrorIs(t, err, ErrUnsupportedVersion)
+	require.False(t, errors.Is(err, corruption.ErrCorrupt))
+	require.Contains(t, err.Error(), "version 1")
+	b, err := fsys.ReadFile(path)
+	require.NoError(t, err)
+	require.Equal(t, v1, b, "a refused file must not be modified")
+}
+
 func sortedIDs(s State) []uint64 {
 	var out []uint64
 	for id := uint64(0); len(out) < len(s.Segments); id++ {
@@ -169,6 +187,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	f.Add(appendSegments(nil, []*SegmentMeta{&s}))
 	f.Add(editPayload(7, Edit{Add: []SegmentMeta{seg(1)}, Remove: []uint64{2}, SetLive: true, LiveID: 4}))
 	f.Add(appendActivate(nil, 9))
+	f.Add(appendReplica(nil, 154, [][]byte{appendActivate(nil, 9), editPayload(10, Edit{Remove: []uint64{2}})}))
 	f.Fuzz(func(t *testing.T, p []byte) {
 		r, err := decodeRecord(p)
 		if err != nil {
@@ -195,6 +214,8 @@ func FuzzDecodeRecord(f *testing.F) {
 			again = appendEdit(nil, r.seq, &e, r.nextID, r.nextOrder)
 		case kindActivate:
 			again = appendActivate(nil, r.seq)
+		case kindReplica:
+			again = appendReplica(nil, int64(r.groupStart), r.payloads)
 		}
 		r2, err := decodeRecord(again)
 		require.NoError(t, err)

@@ -161,14 +161,21 @@ func frameOffsets(t testing.TB, fsys vfs.FS, path string) []int64 {
 
 // writeFile writes payloads as frames to dir/MANIFEST-<gen>, each frame
 // claiming that everything before it was synced (so damage to an earlier
-// frame is provably corruption).
+// frame is provably corruption). Header, checkpoint and segments records are
+// written alone; any other record as a group of one with its replica, as
+// the writer does.
 func writeFile(t testing.TB, fsys vfs.FS, gen uint64, payloads ...[]byte) string {
 	t.Helper()
 	require.NoError(t, fsys.MkdirAll(testDir))
 	path := filepath.Join(testDir, genName(gen))
 	var buf []byte
 	for _, p := range payloads {
-		buf = wal.AppendFrame(buf, p, uint64(len(buf)))
+		switch p[0] {
+		case kindHeader, kindCheckpoint, kindSegments:
+			buf = wal.AppendFrame(buf, p, uint64(len(buf)))
+		default:
+			buf = appendGroups(buf, 0, [][]byte{p}, uint64(len(buf)))
+		}
 	}
 	f, err := fsys.Create(path)
 	require.NoError(t, err)

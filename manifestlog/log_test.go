@@ -2,6 +2,7 @@ package manifestlog
 
 import (
 	"errors"
+	"fmt"
 	"runtime"
 	"sort"
 	"strings"
@@ -276,9 +277,9 @@ func TestFlippedByteIsCorruption(t *testing.T) {
 	files := manifestFiles(t, fsys)
 	require.Len(t, files, 1)
 	offs := frameOffsets(t, fsys, files[0])
-	// frames: header, checkpoint, activate, then 20 edits
-	require.Len(t, offs, 23)
-	target := offs[5] // the third edit, followed by valid ones
+	// frames: header, checkpoint, activate + replica, then 20 x (edit + replica)
+	require.Len(t, offs, 44)
+	target := offs[8] // the third edit, followed by valid ones
 	flip(t, fsys, files[0], target+frameHeaderSize+2)
 
 	_, _, _, err := Open(fsys, testDir, Options{})
@@ -305,11 +306,11 @@ func flip(t testing.TB, fsys vfs.FS, path string, off int64) {
 
 func TestUnknownVersionRefused(t *testing.T) {
 	fsys := vfs.NewMem()
-	writeFile(t, fsys, 1, headerWithVersion(2, 1), appendCheckpoint(nil, 0, 0, 0, 0, 0), appendActivate(nil, 0))
+	writeFile(t, fsys, 1, headerWithVersion(Version+1, 1), appendCheckpoint(nil, 0, 0, 0, 0, 0), appendActivate(nil, 0))
 	_, _, _, err := Open(fsys, testDir, Options{})
 	require.ErrorIs(t, err, ErrUnsupportedVersion)
 	require.False(t, errors.Is(err, corruption.ErrCorrupt))
-	require.Contains(t, err.Error(), "version 2")
+	require.Contains(t, err.Error(), fmt.Sprintf("version %d", Version+1))
 }
 
 func TestSequenceAndReplayCorruption(t *testing.T) {

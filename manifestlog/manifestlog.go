@@ -2,7 +2,7 @@
 // of a segkv store exist: the trusted commit point of every seal, merge and
 // import.
 //
-// # Format, version 1
+// # Format, version 2
 //
 // The log lives in generation files named MANIFEST-<16 lowercase hex digits>
 // (the generation number) in the store directory. Every file is a sequence of
@@ -19,15 +19,19 @@
 // are uvarint (encoding/binary) unless marked LE (fixed-width little endian);
 // "bytes" is a uvarint length followed by that many bytes. A generation is:
 //
-//	header      kind=1 | magic "segkvMNF" (8 bytes) | version u32 LE (=1)
+//	header      kind=1 | magic "segkvMNF" (8 bytes) | version u32 LE (=2)
 //	            | generation u64 LE (must equal the file name's number)
 //	checkpoint  kind=2 | seq | liveID | nextID | nextOrder | segment count N
 //	segments*   kind=3 | n (>0) | n x segment       (the N segments, in chunks)
 //	edit*       kind=4 | ...                        (copy-forward backlog, see below)
 //	activate    kind=5 | seq (the state's seq at this point)
-//	edit*       kind=4 | seq | flags u8 (bit 0: sets the live id; other bits 0)
+//	replica     kind=6 | ...                        (of the backlog and activate)
+//	then, per group commit:
+//	edit+       kind=4 | seq | flags u8 (bit 0: sets the live id; other bits 0)
 //	            | [liveID if bit 0] | nextID | nextOrder | nAdd | nAdd x segment
 //	            | nRemove | nRemove x id
+//	replica     kind=6 | groupStart (offset of the group's first frame) | n
+//	            | n x bytes (the payloads of the group's n frames)
 //
 //	segment     id | fileKind u8 | order | dataLength | dataDigest u64 LE
 //	            | indexChecksum u64 LE | records | keys | minKey bytes
@@ -53,12 +57,16 @@
 //
 // Open picks the highest-numbered activated generation, truncates a torn tail
 // (the scanner tells a torn tail from corruption by the frames' watermarks),
-// and removes every other generation.
+// and removes every other generation. The frames of the last group have no
+// later frame to vouch for them, so every group ends with a replica written
+// in the same write: Open rebuilds a torn or damaged frame of the last group
+// from it and writes it back in place (replica.go), so that a bit flip there
+// is not taken for a torn tail that drops an acknowledged commit.
 //
 // # Costs
 //
-// A commit is one pwrite of its frame(s) at the end of the current file and
-// one fdatasync; concurrent commits share both. The file is preallocated
+// A commit is one pwrite of its frame(s) and their replica at the end of the
+// current file and one fdatasync; concurrent commits share both. The file is preallocated
 // ahead in chunks so that most commits do not change the file size. When the
 // bytes appended since the checkpoint exceed max(CheckpointRatio x checkpoint
 // size, MinCheckpointBytes) a background goroutine writes a new generation,
@@ -74,6 +82,7 @@ import (
 	"sync/atomic"
 
 	"github.com/segkv/segkv/vfs"
+	"github.com/segkv/segkv/wal"
 )
 
 // SegmentMeta describes one sealed segment as the manifest records it.
@@ -136,6 +145,7 @@ type Report struct {
 	TruncatedPath  string   // torn tail: the file truncated ...
 	TruncatedAt    int64    // ... at this offset ...
 	TruncatedBytes int64    // ... dropping this many bytes (up to the last non-zero one)
+	RestoredFrames []int64  // offsets of torn or damaged frames rewritten from their replica
 	RemovedOld     []string // older generations removed
 	RemovedBroken  []string // newer generations that were never activated, removed
 	Actions        []string // every repair, in words (also logged at WARN)
@@ -170,9 +180,10 @@ var ErrUnsupportedVersion = errors.New("manifestlog: unsupported manifest versio
 
 const filePrefix = "MANIFEST-"
 
-// maxEditBytes bounds one edit record: frames carry a u32 length and an
-// import of this size is better split anyway.
-const maxEditBytes = 1 << 30
+// maxEditBytes bounds one edit record: its replica (the edit plus a few
+// bytes) must fit in one frame, and an import of this size is better split
+// anyway.
+const maxEditBytes = wal.MaxPayload - 64
 
 // pending is a queued commit. The token holder fills seq/err and signals wake.
 type pending struct {

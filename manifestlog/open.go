@@ -1,6 +1,7 @@
 package manifestlog
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
@@ -59,6 +60,18 @@ type loaded struct {
 	replayed  int
 	scan      wal.ScanResult
 	size      int64
+	// restores are byte ranges rebuilt from a replica (frames that were
+	// torn or damaged): Open writes them back in place.
+	restores []restore
+	// openGroup is the replica the last group lacks (a crash kept the
+	// group and lost its replica), or nil; Open appends it at scan.End.
+	openGroup []byte
+}
+
+// restore is a run of frames rebuilt from their replica.
+type restore struct {
+	off    int64
+	frames []byte
 }
 
 // loadGeneration replays one generation. It returns a *corruption.Error for
@@ -77,14 +90,121 @@ func loadGeneration(fsys vfs.FS, path string, gen uint64) (*loaded, error) {
 	}
 	ld := &loaded{l: newLog(), size: size}
 	r := replayer{l: ld.l, path: path, gen: gen}
-	res, err := wal.Scan(f, path, 0, size, r.frame)
+	res, err := wal.ScanFrames(f, path, 0, size, r.frame)
 	if err != nil {
 		return nil, err
+	}
+	for res.Torn {
+		// An invalid frame with nothing after it that vouches for it: a
+		// torn tail, unless the replica of its group follows (replica.go).
+		next, err := r.restoreFromReplica(f, res.End, size)
+		if err != nil {
+			return nil, err
+		}
+		if next < 0 {
+			break
+		}
+		more, err := wal.ScanFrames(f, path, next, size, r.frame)
+		if err != nil {
+			return nil, err
+		}
+		more.Frames += res.Frames
+		res = more
 	}
 	ld.scan = res
 	ld.activated = r.phase == phaseActive
 	ld.replayed = r.replayed
+	ld.restores = r.restores
+	if r.phase >= phaseBacklog && len(r.groupLens) > 0 {
+		ld.openGroup = wal.AppendFrame(nil, appendReplica(nil, r.groupStart, r.groupPayloads()), r.groupWM)
+	}
 	return ld, nil
+}
+
+// restoreFromReplica handles the invalid frame at y. If the first valid
+// frame after it is the replica of the group y belongs to, it replays the
+// group's missing frames from the replica, records their bytes for Open to
+// write back, and returns the offset after the replica; otherwise -1 (a
+// torn tail).
+func (r *replayer) restoreFromReplica(f vfs.File, y, limit int64) (int64, error) {
+	if r.phase < phaseBacklog {
+		return -1, nil // a checkpoint is synced before anything relies on it
+	}
+	// Every valid frame after y has a watermark <= y (the scan would have
+	// reported corruption otherwise): later frames of y's own group, then
+	// its replica. Frames of a later group would vouch for y.
+	var (
+		fr      wal.Frame
+		rec     record
+		between []wal.Frame // valid frames of the group after y
+	)
+	for after := y; ; {
+		next, ok, err := wal.NextFrame(f, r.path, after, limit)
+		if err != nil || !ok {
+			return -1, err
+		}
+		if d, err := decodeRecord(next.Payload); err == nil && d.kind == kindReplica {
+			fr, rec = next, d
+			break
+		}
+		between = append(between, next)
+		after = next.Off
+	}
+	if int64(rec.groupStart) != r.groupStart || len(rec.payloads) <= len(r.groupLens) {
+		// Not the replica of this group (debris inside the tear, such as
+		// a frame-shaped key inside a damaged record): a torn tail.
+		return -1, nil
+	}
+	k := len(r.groupLens)
+	if k > 0 && fr.Watermark != r.groupWM {
+		return -1, r.corrupt(fr.Off, "replica watermark %d differs from its group's %d", fr.Watermark, r.groupWM)
+	}
+	for i := range k {
+		if !bytes.Equal(rec.payloads[i], r.groupPayload(i)) {
+			return -1, r.corrupt(fr.Off, "replica of the group at offset %d differs from its frame %d", r.groupStart, i)
+		}
+	}
+	frames := appendFrames(nil, rec.payloads[k:], fr.Watermark)
+	if y+int64(len(frames)) != fr.Off {
+		return -1, r.corrupt(y, "invalid frame; the replica at offset %d of its group does not fit the gap (%d bytes rebuilt, %d missing)",
+			fr.Off, len(frames), fr.Off-y)
+	}
+	// Frames of the group that survived after y must be what the replica
+	// says they are.
+	at := map[int64][]byte{}
+	off := y
+	for _, p := range rec.payloads[k:] {
+		at[off] = p
+		off += frameHeaderSize + int64(len(p))
+	}
+	for _, b := range between {
+		if p, ok := at[b.Off]; ok && (!bytes.Equal(p, b.Payload) || b.Watermark != fr.Watermark) {
+			return -1, r.corrupt(b.Off, "frame differs from its group's replica at offset %d", fr.Off)
+		}
+	}
+	off = y
+	for _, p := range rec.payloads[k:] {
+		if p[0] == kindReplica {
+			return -1, r.corrupt(fr.Off, "replica holds a replica record")
+		}
+		if err := r.frame(wal.Frame{Off: off, Watermark: fr.Watermark, Payload: p}); err != nil {
+			return -1, err
+		}
+		off += frameHeaderSize + int64(len(p))
+	}
+	if err := r.frame(fr); err != nil {
+		return -1, err
+	}
+	r.restores = append(r.restores, restore{off: y, frames: frames})
+	return fr.Off + fr.Size(), nil
+}
+
+// appendFrames appends one frame per payload, all with watermark wm.
+func appendFrames(buf []byte, payloads [][]byte, wm uint64) []byte {
+	for _, p := range payloads {
+		buf = wal.AppendFrame(buf, p, wm)
+	}
+	return buf
 }
 
 const (
@@ -104,18 +224,65 @@ type replayer struct {
 	remaining uint64 // checkpoint segments still expected
 	applied   bool   // an edit after the checkpoint was applied
 	replayed  int
+
+	// The group of frames since the checkpoint or the last replica: where
+	// it starts, its frames' common watermark, and their payloads (kept
+	// back to back in groupBuf) to compare with its replica.
+	groupStart int64
+	groupWM    uint64
+	groupBuf   []byte
+	groupLens  []int
+	restores   []restore
+}
+
+func (r *replayer) groupPayload(i int) []byte {
+	off := 0
+	for _, n := range r.groupLens[:i] {
+		off += n
+	}
+	return r.groupBuf[off : off+r.groupLens[i]]
+}
+
+func (r *replayer) groupPayloads() [][]byte {
+	ps := make([][]byte, len(r.groupLens))
+	for i := range ps {
+		ps[i] = r.groupPayload(i)
+	}
+	return ps
+}
+
+// replica checks a replica record against the group it closes.
+func (r *replayer) replica(fr wal.Frame, rec *record) error {
+	if int64(rec.groupStart) != r.groupStart {
+		return r.corrupt(fr.Off, "replica of a group at offset %d; the group starts at %d", rec.groupStart, r.groupStart)
+	}
+	if len(rec.payloads) != len(r.groupLens) {
+		return r.corrupt(fr.Off, "replica of %d frames; its group has %d", len(rec.payloads), len(r.groupLens))
+	}
+	if fr.Watermark != r.groupWM {
+		return r.corrupt(fr.Off, "replica watermark %d differs from its group's %d", fr.Watermark, r.groupWM)
+	}
+	for i, p := range rec.payloads {
+		if !bytes.Equal(p, r.groupPayload(i)) {
+			return r.corrupt(fr.Off, "replica differs from frame %d of its group at offset %d", i, r.groupStart)
+		}
+	}
+	r.groupStart = fr.Off + fr.Size()
+	r.groupBuf, r.groupLens = r.groupBuf[:0], r.groupLens[:0]
+	return nil
 }
 
 func (r *replayer) corrupt(off int64, format string, args ...any) error {
 	return corruption.New(r.path, off, "manifest: "+format, args...)
 }
 
-func (r *replayer) frame(off int64, payload []byte) error {
+func (r *replayer) frame(fr wal.Frame) error {
+	off, payload := fr.Off, fr.Payload
 	rec, err := decodeRecord(payload)
 	if err != nil {
 		return r.corrupt(off, "record: %v", err)
 	}
-	end := off + int64(frameHeaderSize+len(payload))
+	end := off + fr.Size()
 	l := r.l
 	switch r.phase {
 	case phaseHeader:
@@ -141,7 +308,7 @@ func (r *replayer) frame(off int64, payload []byte) error {
 		r.phase = phaseSegments
 		if rec.count == 0 {
 			r.phase = phaseBacklog
-			l.ckptEnd = end
+			l.ckptEnd, r.groupStart = end, end
 		}
 		return nil
 	case phaseSegments:
@@ -166,11 +333,22 @@ func (r *replayer) frame(off int64, payload []byte) error {
 		r.remaining -= uint64(len(rec.segs))
 		if r.remaining == 0 {
 			r.phase = phaseBacklog
-			l.ckptEnd = end
+			l.ckptEnd, r.groupStart = end, end
 		}
 		return nil
 	}
-	// phaseBacklog or phaseActive
+	// phaseBacklog or phaseActive: frames come in groups, each closed by
+	// its replica.
+	if rec.kind == kindReplica {
+		return r.replica(fr, &rec)
+	}
+	if len(r.groupLens) == 0 {
+		r.groupWM = fr.Watermark
+	} else if fr.Watermark != r.groupWM {
+		return r.corrupt(off, "frame with watermark %d inside a group written with watermark %d (its replica is missing)", fr.Watermark, r.groupWM)
+	}
+	r.groupBuf = append(r.groupBuf, payload...)
+	r.groupLens = append(r.groupLens, len(payload))
 	switch rec.kind {
 	case kindActivate:
 		if r.phase == phaseActive {
@@ -335,7 +513,8 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 	return l, l.State(), rep, nil
 }
 
-// openTail opens the chosen generation for appending. Bytes after the valid
+// openTail opens the chosen generation for appending. It writes back frames
+// restored from a replica and a missing replica. Bytes after the valid
 // end that are not zero fill (a torn tail, or frames a crash kept past a lost
 // one) are truncated and the truncation synced: a frame appended later must
 // never be followed by stale bytes that could replay as if they were newer.
@@ -345,6 +524,18 @@ func (l *Log) openTail(ld *loaded, rep *Report) error {
 		return fmt.Errorf("manifestlog: open %s: %w", l.path, err)
 	}
 	end := ld.scan.End
+	// Frames restored from their replica go back in place first: the
+	// bytes are exactly those the writer wrote (same payloads, same
+	// watermark), and the replica stays intact after them, so a crash
+	// during the rewrite leaves a file this same repair handles again.
+	for _, rs := range ld.restores {
+		if _, err := f.WriteAt(rs.frames, rs.off); err != nil {
+			f.Close()
+			return fmt.Errorf("manifestlog: restore frames of %s at %d: %w", l.path, rs.off, err)
+		}
+		rep.RestoredFrames = append(rep.RestoredFrames, rs.off)
+		rep.Actions = append(rep.Actions, fmt.Sprintf("rewrote %d bytes of torn or damaged frames of %s at offset %d from their replica", len(rs.frames), l.path, rs.off))
+	}
 	// wal.Scan reports Torn whenever a non-zero byte follows End; when it
 	// does not, [End, size) is preallocated zero fill and stays.
 	dirty := ld.scan.Torn
@@ -357,6 +548,17 @@ func (l *Log) openTail(ld *loaded, rep *Report) error {
 		alloc = end
 		rep.TruncatedPath, rep.TruncatedAt, rep.TruncatedBytes = l.path, end, ld.scan.TornBytes
 		rep.Actions = append(rep.Actions, fmt.Sprintf("truncated torn tail of %s at offset %d (%d bytes)", l.path, end, ld.scan.TornBytes))
+	}
+	// A last group that lost its replica to a crash gets it back, so that
+	// damage to that group later can still be repaired.
+	if ld.openGroup != nil {
+		if _, err := f.WriteAt(ld.openGroup, end); err != nil {
+			f.Close()
+			return fmt.Errorf("manifestlog: write missing replica of %s at %d: %w", l.path, end, err)
+		}
+		rep.Actions = append(rep.Actions, fmt.Sprintf("wrote the missing replica of the last group of %s at offset %d", l.path, end))
+		end += int64(len(ld.openGroup))
+		alloc = max(alloc, end)
 	}
 	// Always sync once: what Open read may be in the page cache only (the
 	// previous process can have been killed between its write and its

@@ -112,7 +112,7 @@ func (l *Log) create(gen uint64) error {
 		return err
 	}
 	l.stats.Syncs++
-	act := wal.AppendFrame(nil, appendActivate(nil, s.seq), uint64(end))
+	act := appendGroups(nil, end, [][]byte{appendActivate(nil, s.seq)}, uint64(end))
 	l.ensureAlloc(f, &alloc, end+int64(len(act)))
 	_, err = f.WriteAt(act, end)
 	if err == nil {
@@ -191,7 +191,8 @@ func (l *Log) Checkpoint() error {
 //  2. without mu, write header + checkpoint to MANIFEST-<gen+1>, fdatasync it,
 //     and fsync the directory so its entry is durable;
 //  3. holding the write token (commits queue meanwhile), append the backlog
-//     (edits after S) and an activate record in one write, fdatasync, and
+//     (edits after S) and an activate record, with their replica, in one
+//     write, fdatasync, and
 //     switch commits to the new file;
 //  4. remove the old generation (not dir-synced: Open removes it again).
 //
@@ -245,11 +246,8 @@ func (l *Log) rotate() error {
 		return ferr
 	}
 	seq := l.seq.Load()
-	var buf []byte
-	for _, p := range l.backlog {
-		buf = wal.AppendFrame(buf, p, uint64(ckptEnd))
-	}
-	buf = wal.AppendFrame(buf, appendActivate(nil, seq), uint64(ckptEnd))
+	group := append(slices.Clip(l.backlog), appendActivate(nil, seq))
+	buf := appendGroups(nil, ckptEnd, group, uint64(ckptEnd))
 	l.mu.Unlock()
 
 	l.ensureAlloc(f, &alloc, ckptEnd+int64(len(buf)))

@@ -44,7 +44,7 @@ type crashRecorder struct {
 	n      int
 }
 
-var crashModes = []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset, vfs.CrashGarbageTail, vfs.CrashMetadataPrefix}
+var crashModes = []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset, vfs.CrashGarbageTail, vfs.CrashMetadataPrefix, vfs.CrashTornSectors}
 
 func (r *crashRecorder) hook(ev vfs.SyncEvent) {
 	r.mu.Lock()

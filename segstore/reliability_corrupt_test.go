@@ -154,8 +154,11 @@ func flipBits(rng *rand.Rand, orig []byte, manifest bool) ([]byte, []int) {
 	return b, where
 }
 
-// frameSpan is one wal frame of a file: [off, end).
-type frameSpan struct{ off, end int64 }
+// frameSpan is one wal frame of a file: [off, end), with its watermark.
+type frameSpan struct {
+	off, end int64
+	wm       uint64
+}
 
 // manifestFrames lists the frames of a manifest generation.
 func manifestFrames(t *testing.T, b []byte) []frameSpan {
@@ -165,39 +168,41 @@ func manifestFrames(t *testing.T, b []byte) []frameSpan {
 	require.NoError(t, err)
 	defer f.Close()
 	var out []frameSpan
-	_, err = wal.Scan(f, "/m", 0, int64(len(b)), func(off int64, payload []byte) error {
-		out = append(out, frameSpan{off, off + wal.HeaderSize + int64(len(payload))})
+	_, err = wal.ScanFrames(f, "/m", 0, int64(len(b)), func(fr wal.Frame) error {
+		out = append(out, frameSpan{fr.Off, fr.Off + fr.Size(), fr.Watermark})
 		return nil
 	})
 	require.NoError(t, err)
 	return out
 }
 
-// tailConfined reports whether flips at where damage some frame and every
-// frame after the first damaged one: no intact later frame is left to vouch
-// that the damaged bytes had been synced.
-func tailConfined(frames []frameSpan, where []int) bool {
-	first := -1
-	damaged := make([]bool, len(frames))
-	for _, w := range where {
-		for i, f := range frames {
-			if int64(w) >= f.off && int64(w) < f.end {
-				damaged[i] = true
-				if first < 0 || i < first {
-					first = i
-				}
-			}
-		}
-	}
-	if first < 0 {
+// bothCopiesDamaged reports whether flips at where damage the manifest's
+// last frame (the replica of the last group) and another frame of that
+// group (the frames sharing its watermark). Nothing is left then to restore
+// the group from, or to vouch that it had been synced: it is dropped like a
+// torn write, the format's stated limit (two faults in the last group).
+func bothCopiesDamaged(frames []frameSpan, where []int) bool {
+	if len(frames) == 0 {
 		return false
 	}
-	for _, d := range damaged[first:] {
-		if !d {
-			return false
+	last := frames[len(frames)-1]
+	hit := func(f frameSpan) bool {
+		for _, w := range where {
+			if int64(w) >= f.off && int64(w) < f.end {
+				return true
+			}
+		}
+		return false
+	}
+	if !hit(last) {
+		return false
+	}
+	for _, f := range frames[:len(frames)-1] {
+		if f.wm == last.wm && hit(f) {
+			return true
 		}
 	}
-	return true
+	return false
 }
 
 // usedLen is the length of b without its trailing zeros.
@@ -247,10 +252,9 @@ func TestReliabilityCorruption(t *testing.T) {
 		var where []int
 		for {
 			b, where = flipBits(rng, orig, class == "manifest")
-			// Damage confined to the manifest's last frames is
-			// indistinguishable from a torn tail in the current format:
-			// TestReliabilityManifestTailDamage covers it (skipped: BUG).
-			if class != "manifest" || !tailConfined(fx.frames, where) {
+			// Damage to both copies of the last group is the format's
+			// stated limit (TestReplicaBothCopiesDamaged in manifestlog).
+			if class != "manifest" || !bothCopiesDamaged(fx.frames, where) {
 				break
 			}
 			tailDraws++
@@ -275,7 +279,7 @@ func TestReliabilityCorruption(t *testing.T) {
 		total += tallies[c].trials
 		wrong += tallies[c].wrong
 	}
-	t.Logf("manifest damage confined to its last frames, redrawn (see TestReliabilityManifestTailDamage): %d", tailDraws)
+	t.Logf("manifest draws that damaged both copies of the last group, redrawn (the format's stated limit): %d", tailDraws)
 	t.Logf("corruption trials: %d, wrong answers: %d", total, wrong)
 	require.Zero(t, wrong)
 }
@@ -384,20 +388,18 @@ func corruptAnswers(t *testing.T, fx *corruptFixture, s *Store, class, path stri
 	return nil
 }
 
-// TestReliabilityManifestTailDamage: damage confined to the last frame(s) of
-// the manifest. No later frame is left to vouch (by its watermark) that the
-// damaged bytes had been synced, so the scanner treats them as a torn tail
-// and drops the commits they held. When the dropped commit is an
-// acknowledged import followed by acknowledged writes to the live file,
-// Open returns a store that has the later writes but not the import: not a
-// prefix of history, and no error. SEGKV_RUN_KNOWN_BUGS=1 runs it.
+// TestReliabilityManifestTailDamage: damage confined to the last group of
+// the manifest (an acknowledged import and its replica), followed by
+// acknowledged writes to the live file. No later frame vouches, by its
+// watermark, that those bytes had been synced, so without the replica a flip
+// there would look like a torn tail and drop the import while the later
+// writes stay: not a prefix of history. Every byte of the group is flipped
+// in turn; every trial must open to the full history, and reopen clean.
 func TestReliabilityManifestTailDamage(t *testing.T) {
-	if os.Getenv("SEGKV_RUN_KNOWN_BUGS") == "" {
-		t.Skip("BUG: a bit flip in the manifest's last frame is taken for a torn tail; an acknowledged import " +
-			"committed there is silently dropped while later live-file writes are kept (see docs/RELIABILITY.md)")
-	}
 	mem := vfs.NewMem()
-	o := &Options{FS: mem, Merge: MergeOptions{Disable: true}}
+	// Small segments: every trial opens the store twice, and each Open
+	// scans the live file's preallocated zeros.
+	o := &Options{FS: mem, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
 	s := mustOpen(t, "/db", o)
 	require.NoError(t, s.Put([]byte("k"), []byte("old")))
 	require.NoError(t, s.Seal())
@@ -412,19 +414,36 @@ func TestReliabilityManifestTailDamage(t *testing.T) {
 	require.NoError(t, fullDiff(s, want, nil))
 	mani := s.mreport.Path
 	require.NoError(t, s.Close())
+	img := mem.CrashClone(vfs.CrashDropUnsynced, nil)
 
-	b, err := mem.ReadFile(mani)
+	orig, err := img.ReadFile(mani)
 	require.NoError(t, err)
-	frames := manifestFrames(t, b)
+	frames := manifestFrames(t, orig)
 	last := frames[len(frames)-1]
-	b[last.end-1] ^= 0x10 // one bit in the import commit's payload
-	require.NoError(t, mem.WriteFile(mani, b))
-
-	st, err := Open("/db", o)
-	if err != nil {
-		require.True(t, namesFile(err, mani), "open: %v", err)
-		return
+	groupStart := last.off
+	for _, f := range frames {
+		if f.wm == last.wm {
+			groupStart = min(groupStart, f.off)
+		}
 	}
-	defer st.Close()
-	require.NoError(t, fullDiff(st, want, nil), "manifest report %+v", st.mreport)
+	require.Less(t, groupStart, last.off, "the last group is the import's edit and its replica")
+	trials := 0
+	for off := groupStart; off < last.end; off++ {
+		trial := img.CrashClone(vfs.CrashDropUnsynced, nil)
+		b := slices.Clone(orig)
+		b[off] ^= 1 << (off % 8)
+		require.NoError(t, trial.WriteFile(mani, b))
+		to := &Options{FS: trial, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
+		st, err := Open("/db", to)
+		require.NoError(t, err, "flip at %d", off)
+		require.NoError(t, fullDiff(st, want, nil), "flip at %d: manifest report %+v", off, st.mreport)
+		require.NotEmpty(t, st.mreport.Actions, "flip at %d went unnoticed", off)
+		require.NoError(t, st.Close())
+		st = mustOpen(t, "/db", to)
+		require.Empty(t, st.mreport.Actions, "flip at %d: the repair left work for the next Open", off)
+		require.NoError(t, fullDiff(st, want, nil))
+		require.NoError(t, st.Close())
+		trials++
+	}
+	t.Logf("manifest tail damage: %d one-bit flips across the last group (import edit + replica), wrong answers: 0", trials)
 }

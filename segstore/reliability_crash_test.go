@@ -27,7 +27,7 @@ import (
 // rlModes are every crash mode of vfs.Mem.
 var rlModes = []vfs.CrashMode{
 	vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset,
-	vfs.CrashGarbageTail, vfs.CrashMetadataPrefix,
+	vfs.CrashGarbageTail, vfs.CrashMetadataPrefix, vfs.CrashTornSectors,
 }
 
 // rlPoint is one crash image and the window of history it may show: at

@@ -113,7 +113,7 @@ func manifestEdits(t *testing.T, b []byte) (frames []frameSpan, edits []editFram
 	require.NoError(t, err)
 	defer f.Close()
 	_, err = wal.Scan(f, "/m", 0, int64(len(b)), func(off int64, payload []byte) error {
-		frames = append(frames, frameSpan{off, off + wal.HeaderSize + int64(len(payload))})
+		frames = append(frames, frameSpan{off: off, end: off + wal.HeaderSize + int64(len(payload))})
 		if payload[0] == 4 {
 			seq, n := binary.Uvarint(payload[1:])
 			require.Positive(t, n)

@@ -55,7 +55,18 @@ const (
 	// catches code that depends on such a change NOT having happened, for
 	// instance deleting a file that durable state still names.
 	CrashMetadataPrefix
+	// CrashTornSectors applies the unsynced operations of a file in order,
+	// but splits every write into 512-byte sectors (aligned to file
+	// offsets) and keeps each sector independently with probability 1/2;
+	// other operations are kept with probability 1/2. A disk may persist
+	// the sectors of one write in any order, so a later part of a write can
+	// survive while an earlier part is lost: the case that a redundant copy
+	// at the end of a write (the manifest's replica) must handle.
+	CrashTornSectors
 )
+
+// crashSector is the granularity at which CrashTornSectors tears writes.
+const crashSector = 512
 
 func (m CrashMode) String() string {
 	switch m {
@@ -69,6 +80,8 @@ func (m CrashMode) String() string {
 		return "garbage-tail"
 	case CrashMetadataPrefix:
 		return "metadata-prefix"
+	case CrashTornSectors:
+		return "torn-sectors"
 	}
 	return fmt.Sprintf("CrashMode(%d)", int(m))
 }
@@ -672,6 +685,23 @@ func crashInode(old *inode, mode CrashMode, rng *rand.Rand) *inode {
 		for _, op := range old.pending {
 			if rng.IntN(2) == 0 {
 				ino.apply(op)
+			}
+		}
+	case CrashTornSectors:
+		for _, op := range old.pending {
+			if op.kind != opWrite {
+				if rng.IntN(2) == 0 {
+					ino.apply(op)
+				}
+				continue
+			}
+			end := op.off + int64(len(op.data))
+			for lo := op.off; lo < end; {
+				hi := min((lo/crashSector+1)*crashSector, end)
+				if rng.IntN(2) == 0 {
+					ino.cur.writeAt(op.data[lo-op.off:hi-op.off], lo)
+				}
+				lo = hi
 			}
 		}
 	case CrashGarbageTail:

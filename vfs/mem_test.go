@@ -304,7 +304,7 @@ func TestCrashModes(t *testing.T) {
 			}
 			require.NoError(t, f.Truncate(int64(60+i)))
 		}
-		for _, mode := range []CrashMode{CrashDropUnsynced, CrashTearLast, CrashRandomSubset, CrashGarbageTail} {
+		for _, mode := range []CrashMode{CrashDropUnsynced, CrashTearLast, CrashRandomSubset, CrashGarbageTail, CrashTornSectors} {
 			a := snapshotOf(t, m.CrashClone(mode, seeded(42)))
 			b := snapshotOf(t, m.CrashClone(mode, seeded(42)))
 			require.Equal(t, a, b, mode.String())
@@ -626,7 +626,7 @@ func TestMemConcurrent(t *testing.T) {
 }
 
 func TestCrashModeString(t *testing.T) {
-	for _, mode := range []CrashMode{CrashDropUnsynced, CrashTearLast, CrashRandomSubset, CrashGarbageTail, 99} {
+	for _, mode := range []CrashMode{CrashDropUnsynced, CrashTearLast, CrashRandomSubset, CrashGarbageTail, CrashMetadataPrefix, CrashTornSectors, 99} {
 		require.NotEmpty(t, mode.String())
 	}
 	require.True(t, errors.Is(fmt.Errorf("x: %w", ErrCrashed), ErrCrashed))
@@ -703,4 +703,34 @@ func TestMemRefusesHugeFiles(t *testing.T) {
 	size, err := f.Size()
 	require.NoError(t, err)
 	require.EqualValues(t, 1<<20, size)
+}
+
+// TestCrashTornSectors: each 512-byte sector of an unsynced write survives
+// or not on its own, so a later sector can survive an earlier lost one; the
+// durable prefix always survives.
+func TestCrashTornSectors(t *testing.T) {
+	m := newDB(t)
+	f := durableFile(t, m, "/db/a", "durable!")
+	payload := strings.Repeat("x", 512-8) + strings.Repeat("y", 512) + strings.Repeat("z", 100)
+	write(t, f, 8, payload)
+	seen := map[string]bool{}
+	for seed := range uint64(64) {
+		got := snapshotOf(t, m.CrashClone(CrashTornSectors, seeded(seed)))["/db/a"]
+		require.True(t, strings.HasPrefix(got, "durable!"), "the synced prefix survives")
+		sectors := [3]bool{}
+		for i, r := range []struct {
+			lo, hi int
+			c      byte
+		}{{8, 512, 'x'}, {512, 1024, 'y'}, {1024, 1124, 'z'}} {
+			if len(got) >= r.hi {
+				chunk := got[r.lo:r.hi]
+				require.True(t, chunk == strings.Repeat(string(r.c), r.hi-r.lo) || chunk == strings.Repeat("\x00", r.hi-r.lo),
+					"a sector survives whole or not at all")
+				sectors[i] = chunk[0] == r.c
+			}
+		}
+		seen[fmt.Sprint(sectors)] = true
+	}
+	require.True(t, seen[fmt.Sprint([3]bool{false, true, true})], "a later sector survives a lost earlier one: %v", seen)
+	require.True(t, seen[fmt.Sprint([3]bool{true, true, true})])
 }

@@ -182,6 +182,25 @@ func FuzzScan(f *testing.F) {
 		}
 		require.Equal(t, pos, res.End)
 
+		// NextFrame after End finds the first offset where the reference
+		// sees a valid frame, whatever its watermark.
+		wantNext := int64(-1)
+		for z := res.End + 1; z < int64(len(data)); z++ {
+			if _, _, ok := refFrame(data, z, MaxPayload); ok {
+				wantNext = z
+				break
+			}
+		}
+		next, found, err := NextFrame(bytes.NewReader(data), "test.log", res.End, int64(len(data)))
+		require.NoError(t, err)
+		require.Equal(t, wantNext >= 0, found)
+		if found {
+			require.Equal(t, wantNext, next.Off)
+			n, wm, _ := refFrame(data, wantNext, MaxPayload)
+			require.Equal(t, wm, next.Watermark)
+			require.Equal(t, data[wantNext+HeaderSize:wantNext+HeaderSize+n], next.Payload)
+		}
+
 		// Re-scanning [start, End) finds the same frames and nothing torn:
 		// what a recovery keeps after truncating is clean.
 		again, res2, err := scanAll(t, data[:res.End], start, res.End)

@@ -150,6 +150,16 @@ type ScanResult struct {
 	TornBytes int64 // how many bytes from End to the last non-zero byte (for reports)
 }
 
+// Frame is one valid frame found by ScanFrames or NextFrame.
+type Frame struct {
+	Off       int64  // file offset of the frame header
+	Watermark uint64 // the header's watermark field
+	Payload   []byte // the payload (see the function for how long it stays valid)
+}
+
+// Size is the frame's size on disk, header included.
+func (f Frame) Size() int64 { return HeaderSize + int64(len(f.Payload)) }
+
 // Scan reads frames from r in [start, limit), calling fn for each valid
 // frame in order with the frame's offset and its payload (payload is valid
 // only during the call). An error returned by fn stops the scan and is
@@ -164,6 +174,16 @@ type ScanResult struct {
 // offset. If r ends before limit (a short read with io.EOF), the end of r is
 // treated as the limit. Other read errors are returned wrapped.
 func Scan(r io.ReaderAt, path string, start, limit int64, fn func(frameOff int64, payload []byte) error) (ScanResult, error) {
+	var ffn func(Frame) error
+	if fn != nil {
+		ffn = func(f Frame) error { return fn(f.Off, f.Payload) }
+	}
+	return ScanFrames(r, path, start, limit, ffn)
+}
+
+// ScanFrames is Scan with a callback that also receives each frame's
+// watermark. The payload is valid only during the call.
+func ScanFrames(r io.ReaderAt, path string, start, limit int64, fn func(Frame) error) (ScanResult, error) {
 	res := ScanResult{End: start}
 	if start < 0 || limit < start {
 		return res, fmt.Errorf("wal: scan %s: invalid range [%d, %d)", path, start, limit)
@@ -183,7 +203,8 @@ func Scan(r io.ReaderAt, path string, start, limit int64, fn func(frameOff int64
 			return res, err
 		}
 		if fn != nil {
-			if err := fn(off, b[HeaderSize:]); err != nil {
+			fr := Frame{Off: off, Watermark: binary.LittleEndian.Uint64(b[16:]), Payload: b[HeaderSize:]}
+			if err := fn(fr); err != nil {
 				return res, err
 			}
 		}
@@ -192,6 +213,58 @@ func Scan(r io.ReaderAt, path string, start, limit int64, fn func(frameOff int64
 		res.Frames++
 	}
 	return res, nil
+}
+
+// NextFrame returns the first valid frame that starts at an offset in
+// (after, limit) and fits below limit, whatever its watermark, or found =
+// false if there is none. The payload is a copy the caller owns.
+//
+// It is meant for the short stretch after a torn frame (a user of the format
+// that writes redundant copies looks there for one); it examines every
+// offset that could start a frame, skipping zero runs, so its cost is linear
+// in the bytes examined plus one checksum per plausible header.
+func NextFrame(r io.ReaderAt, path string, after, limit int64) (fr Frame, found bool, err error) {
+	if after < 0 || limit < after {
+		return fr, false, fmt.Errorf("wal: next frame in %s: invalid range (%d, %d)", path, after, limit)
+	}
+	s := scanner{win: window{r: r, limit: limit}, path: path}
+	le := binary.LittleEndian
+	for z := after + 1; z < s.win.limit; {
+		b, err := s.win.at(z, HeaderSize)
+		if err != nil {
+			return fr, false, err
+		}
+		if len(b) < HeaderSize {
+			return fr, false, nil
+		}
+		i, stop := 0, len(b)-HeaderSize
+		for i <= stop {
+			if le.Uint64(b[i:])|le.Uint64(b[i+8:])|uint64(le.Uint32(b[i+16:])) == 0 {
+				i += 8
+				continue
+			}
+			off := z + int64(i)
+			if n := le.Uint32(b[i+8:]); n != 0 && le.Uint32(b[i+12:]) == 0 && le.Uint64(b[i+16:]) <= uint64(off) {
+				ok, err := s.validAt(off)
+				if err != nil {
+					return fr, false, err
+				}
+				if ok {
+					fb, err := s.win.get(off, HeaderSize+int(n))
+					if err != nil {
+						return fr, false, err
+					}
+					return Frame{Off: off, Watermark: le.Uint64(fb[16:]), Payload: append([]byte(nil), fb[HeaderSize:]...)}, true, nil
+				}
+				// validAt may have moved the window: fetch b again.
+				i++
+				break
+			}
+			i++
+		}
+		z += int64(i)
+	}
+	return fr, false, nil
 }
 
 // scanner holds the state of one Scan.

@@ -420,3 +420,42 @@ func ExampleScan() {
 	// frame at 29: second
 	// 59 2 false <nil>
 }
+
+// TestNextFrame: after a torn frame, NextFrame finds the next valid frame
+// whatever its watermark, skipping zero runs and garbage, and ScanFrames
+// reports each frame's watermark.
+func TestNextFrame(t *testing.T) {
+	a := AppendFrame(nil, []byte("first"), 0)
+	torn := AppendFrame(nil, []byte("torn frame payload"), uint64(len(a)))
+	torn[HeaderSize+2] ^= 1
+	data := append(bytes.Clone(a), torn...)
+	data = append(data, make([]byte, 40)...)
+	data = append(data, 0xAB, 0xCD)
+	off := int64(len(data))
+	data = AppendFrame(data, []byte("replica"), uint64(len(a)))
+
+	var wms []uint64
+	res, err := ScanFrames(bytes.NewReader(data), "test.log", 0, int64(len(data)), func(f Frame) error {
+		wms = append(wms, f.Watermark)
+		require.Equal(t, HeaderSize+int64(len(f.Payload)), f.Size())
+		return nil
+	})
+	require.NoError(t, err)
+	require.True(t, res.Torn, "the later frame's watermark does not vouch for the torn one")
+	require.Equal(t, int64(len(a)), res.End)
+	require.Equal(t, []uint64{0}, wms)
+
+	fr, ok, err := NextFrame(bytes.NewReader(data), "test.log", res.End, int64(len(data)))
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Equal(t, Frame{Off: off, Watermark: uint64(len(a)), Payload: []byte("replica")}, fr)
+
+	_, ok, err = NextFrame(bytes.NewReader(data), "test.log", off, int64(len(data)))
+	require.NoError(t, err)
+	require.False(t, ok, "nothing after the last frame")
+	_, ok, err = NextFrame(bytes.NewReader(data), "test.log", res.End, off+HeaderSize)
+	require.NoError(t, err)
+	require.False(t, ok, "a frame running past the limit does not count")
+	_, _, err = NextFrame(bytes.NewReader(data), "test.log", 10, 5)
+	require.Error(t, err)
+}

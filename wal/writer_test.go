@@ -408,7 +408,7 @@ func TestWriterWriteFailureIsFailStop(t *testing.T) {
 // acknowledged as synced before the image survives, and that what survives
 // is a prefix of the final file (never a later group without an earlier one).
 func TestWriterCrash(t *testing.T) {
-	modes := []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset, vfs.CrashGarbageTail}
+	modes := []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset, vfs.CrashGarbageTail, vfs.CrashTornSectors}
 	for seed := range uint64(4) {
 		rng := rand.New(rand.NewPCG(seed, 99))
 		fs, f := newMemFile(t)
