@@ -62,8 +62,12 @@ func BenchmarkDurablePut1(b *testing.B)  { benchmarkDurablePut(b, 1) }
 func BenchmarkDurablePut32(b *testing.B) { benchmarkDurablePut(b, 32) }
 
 // loadedStore returns a store of n keys, sealed into segments, for reads.
-func loadedStore(b *testing.B, n int) *Store {
-	s, err := Open(b.TempDir(), &Options{Sync: SyncManual, SegmentSize: 16 << 20, Merge: MergeOptions{Disable: true}})
+func loadedStore(b *testing.B, n int, mods ...func(*Options)) *Store {
+	o := &Options{Sync: SyncManual, SegmentSize: 16 << 20, Merge: MergeOptions{Disable: true}}
+	for _, m := range mods {
+		m(o)
+	}
+	s, err := Open(b.TempDir(), o)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -88,8 +92,16 @@ func loadedStore(b *testing.B, n int) *Store {
 
 const benchKeys = 200_000
 
-func BenchmarkGetHit(b *testing.B) {
-	s := loadedStore(b, benchKeys)
+// BenchmarkGetHit reads present keys, through the sealed segments' memory
+// mappings (the default); BenchmarkGetHitPread the same with DisableMmap.
+func BenchmarkGetHit(b *testing.B) { benchmarkGetHit(b) }
+
+func BenchmarkGetHitPread(b *testing.B) {
+	benchmarkGetHit(b, func(o *Options) { o.DisableMmap = true })
+}
+
+func benchmarkGetHit(b *testing.B, mods ...func(*Options)) {
+	s := loadedStore(b, benchKeys, mods...)
 	defer s.Close()
 	b.ResetTimer()
 	b.RunParallel(func(pb *testing.PB) {

@@ -2,11 +2,15 @@ package segstore
 
 import (
 	"errors"
+	"fmt"
+	"io"
 	"io/fs"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 
 	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/vfs"
 )
 
 // dataFile is the lifetime of one data file, live or sealed. The store's
@@ -21,6 +25,35 @@ type dataFile struct {
 	path    string
 	pins    atomic.Int64
 	retired atomic.Bool
+
+	// sealedLen is the file's length once it is part of a sealed segment
+	// (0 while it is live): from then on [0, sealedLen) never changes and
+	// reads may use a read-only mapping of it, made on the first read.
+	sealedLen atomic.Int64
+	mapped    atomic.Pointer[fileMap]
+	mapMu     sync.Mutex
+	noMap     bool // mapMu held: mapping failed, is unsupported, or is over
+}
+
+// fileMap is a read-only mapping of a sealed data file.
+type fileMap struct {
+	data  []byte
+	unmap func() error
+}
+
+// ReadAt reads from the mapping as a file read would.
+func (m *fileMap) ReadAt(b []byte, off int64) (int, error) {
+	if off < 0 {
+		return 0, fmt.Errorf("segkv: read at negative offset %d", off)
+	}
+	if off >= int64(len(m.data)) {
+		return 0, io.EOF
+	}
+	n := copy(b, m.data[off:])
+	if n < len(b) {
+		return n, io.EOF
+	}
+	return n, nil
 }
 
 func (s *Store) newDataFile(id uint64, kind uint8) *dataFile {
@@ -31,9 +64,73 @@ func (s *Store) newDataFile(id uint64, kind uint8) *dataFile {
 
 func (d *dataFile) pin() { d.pins.Add(1) }
 
+// unpin drops a pin. The count reaches zero only once the store's own pin
+// is gone: the file was retired (it is removed), or the store closed (its
+// mapping is released).
 func (d *dataFile) unpin() {
-	if d.pins.Add(-1) == 0 && d.retired.Load() {
-		d.remove()
+	if d.pins.Add(-1) == 0 {
+		d.unmap()
+		if d.retired.Load() {
+			d.remove()
+		}
+	}
+}
+
+// setSealed records that [0, length) of the file is final. Called when the
+// segment is installed in the store's list (or loaded by Open).
+func (d *dataFile) setSealed(length int64) { d.sealedLen.Store(length) }
+
+// reader returns what reads of the file go through: its mapping when it is
+// sealed and can be mapped (made now if it is the first read), else nil and
+// the caller uses the file cache. The caller keeps d pinned or holds the
+// store's mu, so the mapping cannot be released under it.
+func (d *dataFile) reader() *fileMap {
+	if m := d.mapped.Load(); m != nil {
+		return m
+	}
+	size := d.sealedLen.Load()
+	if size <= 0 || d.s.opts.DisableMmap {
+		return nil
+	}
+	d.mapMu.Lock()
+	defer d.mapMu.Unlock()
+	if m := d.mapped.Load(); m != nil || d.noMap {
+		return m
+	}
+	// Whatever happens now, one attempt is enough: a file that cannot be
+	// mapped is read with pread, as before.
+	d.noMap = true
+	f, err := d.s.fs.Open(d.path)
+	if err != nil {
+		d.s.log.Debug("segkv: cannot open data file to map it; reading with pread", "path", d.path, "err", err)
+		return nil
+	}
+	defer f.Close() // a mapping outlives its descriptor
+	mp, ok := f.(vfs.Mapper)
+	if !ok {
+		return nil
+	}
+	data, unmap, err := mp.Map(size)
+	if err != nil {
+		d.s.log.Debug("segkv: cannot map data file; reading with pread", "path", d.path, "err", err)
+		return nil
+	}
+	m := &fileMap{data: data, unmap: unmap}
+	d.mapped.Store(m)
+	d.noMap = false
+	return m
+}
+
+// unmap releases the mapping for good. Only when no reader can be using it:
+// the last pin is gone.
+func (d *dataFile) unmap() {
+	d.mapMu.Lock()
+	defer d.mapMu.Unlock()
+	d.noMap = true
+	if m := d.mapped.Swap(nil); m != nil {
+		if err := m.unmap(); err != nil {
+			d.s.log.Warn("segkv: unmapping a data file failed", "path", d.path, "err", err)
+		}
 	}
 }
 

@@ -72,6 +72,14 @@ type Options struct {
 	MaxOpenFiles int
 	// Merge tunes (or disables) the background merge.
 	Merge MergeOptions
+	// DisableMmap makes reads of sealed segments use pread instead of a
+	// read-only memory mapping. A mapping saves a system call per read,
+	// but an I/O error on a mapped page (or the file being cut short
+	// behind the store's back) kills the process with SIGBUS instead of
+	// returning an error, as in bbolt and LMDB. Reads verify each record's
+	// checksum either way. Ignored for file systems whose files do not
+	// implement vfs.Mapper.
+	DisableMmap bool
 	// Logger receives repairs (WARN) and lifecycle events (INFO, DEBUG).
 	// nil discards.
 	Logger *slog.Logger

@@ -234,6 +234,9 @@ func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, in
 	segs = append(segs, add...)
 	sortSegments(segs)
 	s.segs = segs
+	for _, sg := range add {
+		sg.df.setSealed(sg.meta.DataLength)
+	}
 	if install != nil {
 		install()
 	}

@@ -226,3 +226,26 @@ func (f *osFile) zeroFill(off, length int64) error {
 }
 
 var _ FS = OS{}
+
+// Map maps [0, size) of the file read-only and shared (mmap). The caller
+// keeps the file at least size bytes long while the mapping is in use.
+func (f *osFile) Map(size int64) ([]byte, func() error, error) {
+	if size <= 0 || int64(int(size)) != size {
+		return nil, nil, fmt.Errorf("vfs: map %s: size %d: %w", f.name, size, unix.EINVAL)
+	}
+	var data []byte
+	err := control(f.f, func(fd int) error {
+		var err error
+		data, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
+		return err
+	})
+	if err != nil {
+		return nil, nil, fmt.Errorf("vfs: map %s: %w", f.name, err)
+	}
+	return data, func() error {
+		if err := unix.Munmap(data); err != nil {
+			return fmt.Errorf("vfs: unmap %s: %w", f.name, err)
+		}
+		return nil
+	}, nil
+}

@@ -87,3 +87,16 @@ type File interface {
 	// Name returns the path the file was opened with.
 	Name() string
 }
+
+// Mapper is implemented by files whose first bytes can be mapped read-only
+// into memory. The engine maps only files that no longer change (sealed
+// segments), so a mapping is a view of immutable bytes; where a file does
+// not implement Mapper, or Map fails, the engine reads with ReadAt.
+//
+// The mapping stays valid after the file is closed, until unmap is called
+// (once). With the OS implementation, an I/O error on a mapped page, or the
+// file shrinking below the mapped range, raises SIGBUS rather than
+// returning an error: the trade made by mmap-based engines (bbolt, LMDB).
+type Mapper interface {
+	Map(size int64) (data []byte, unmap func() error, err error)
+}
