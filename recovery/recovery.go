@@ -34,8 +34,10 @@ import (
 	"log/slog"
 	"maps"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
+	"sync"
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
@@ -151,16 +153,19 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 		if size < m.DataLength {
 			return nil, rep, corruption.New(dataPath, size, "segment %d is %d bytes, the manifest recorded %d", m.ID, size, m.DataLength)
 		}
-		ix, reason, err := LoadOrRebuildIndex(fsys, dir, m)
-		if err != nil {
-			return nil, rep, err
+	}
+	loads := loadIndexes(fsys, dir, metas)
+	for i, m := range metas {
+		ld := loads[i]
+		if ld.err != nil {
+			return nil, rep, ld.err
 		}
-		if reason != "" {
+		if ld.reason != "" {
 			ixPath := path(segment.IndexName(m.ID))
-			rep.RebuiltIndexes = append(rep.RebuiltIndexes, ixPath+": "+reason)
-			log.Warn("segkv: rebuilt index from its data file", "index", ixPath, "reason", reason)
+			rep.RebuiltIndexes = append(rep.RebuiltIndexes, ixPath+": "+ld.reason)
+			log.Warn("segkv: rebuilt index from its data file", "index", ixPath, "reason", ld.reason)
 		}
-		res.Segments = append(res.Segments, Segment{Meta: m, Path: dataPath, Index: ix})
+		res.Segments = append(res.Segments, Segment{Meta: m, Path: path(segment.DataName(m.ID, m.FileKind)), Index: ld.ix})
 	}
 
 	// The live chain: the live file, then every unnamed log file that links
@@ -337,6 +342,41 @@ func remove(fsys vfs.FS, p string, rep *Report, log *slog.Logger) error {
 	rep.RemovedFiles = append(rep.RemovedFiles, p)
 	log.Warn("segkv: removed file the manifest does not name", "path", p)
 	return nil
+}
+
+// indexLoad is the outcome of LoadOrRebuildIndex for one segment.
+type indexLoad struct {
+	ix     *index.Index
+	reason string
+	err    error
+}
+
+// loadIndexes runs LoadOrRebuildIndex for every segment, on as many
+// goroutines as there are CPUs: loading an index is a large read into fresh
+// memory plus a checksum and a validation pass, CPU-bound when the page
+// cache holds the file, so the store's Open scales with cores rather than
+// with the sum of the index sizes. Results are in metas' order, so the
+// caller reports the first failure in that order whatever finished first.
+func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta) []indexLoad {
+	out := make([]indexLoad, len(metas))
+	next := make(chan int)
+	var wg sync.WaitGroup
+	for range min(runtime.GOMAXPROCS(0), len(metas)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				ix, reason, err := LoadOrRebuildIndex(fsys, dir, metas[i])
+				out[i] = indexLoad{ix: ix, reason: reason, err: err}
+			}
+		}()
+	}
+	for i := range metas {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return out
 }
 
 // LoadOrRebuildIndex loads the index of segment m, verified against the
