@@ -36,7 +36,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/segkv/segkv/corruption"
@@ -479,42 +478,105 @@ func EntriesFromMap(m map[string]index.Entry) []index.Entry {
 // SortedEntries is EntriesFromMap over any key directory: n is its size, all
 // yields each key once with its entry.
 func SortedEntries(n int, all iter.Seq2[string, index.Entry]) []index.Entry {
-	type sortable struct {
-		word uint64
-		key  string
-		e    index.Entry
-	}
+	// One pass over the directory (a map: every step is a cache miss)
+	// collects the entries, their keys (in one arena, so that a seal of a
+	// million keys is not a million allocations) and the keys' common
+	// prefix; the rest works on contiguous slices.
+	entries := make([]index.Entry, 0, n)
+	var arena []byte
 	var prefix string
-	first := true
-	for k := range all {
-		if first {
-			prefix, first = k, false
-			continue
-		}
-		n := 0
-		for n < len(prefix) && n < len(k) && prefix[n] == k[n] {
-			n++
-		}
-		prefix = prefix[:n]
-	}
-	items := make([]sortable, 0, n)
 	for k, e := range all {
-		var w [8]byte
-		copy(w[:], k[len(prefix):])
-		items = append(items, sortable{word: binary.BigEndian.Uint64(w[:]), key: k, e: e})
-	}
-	slices.SortFunc(items, func(a, b sortable) int {
-		if c := cmp.Compare(a.word, b.word); c != 0 {
-			return c
+		if len(entries) == 0 {
+			prefix = k
+		} else {
+			p := 0
+			for p < len(prefix) && p < len(k) && prefix[p] == k[p] {
+				p++
+			}
+			prefix = prefix[:p]
 		}
-		return strings.Compare(a.key, b.key)
-	})
-	entries := make([]index.Entry, len(items))
-	for i, it := range items {
-		it.e.Key = []byte(it.key)
-		entries[i] = it.e
+		start := len(arena)
+		arena = append(arena, k...)
+		e.Key = arena[start:len(arena):len(arena)]
+		entries = append(entries, e)
 	}
-	return entries
+	// The arena may have moved while it grew: point the keys at its final
+	// home.
+	off := 0
+	for i := range entries {
+		l := len(entries[i].Key)
+		entries[i].Key = arena[off : off+l : off+l]
+		off += l
+	}
+	// Each key's search word: its first 8 bytes after the common prefix,
+	// zero-padded. Byte order of keys is (word, key) order, and distinct
+	// keys rarely tie on the word, so a radix sort of the words does
+	// almost all the work.
+	items := make([]wordItem, len(entries))
+	for i := range entries {
+		var w [8]byte
+		copy(w[:], entries[i].Key[len(prefix):])
+		items[i] = wordItem{word: binary.BigEndian.Uint64(w[:]), i: uint32(i)}
+	}
+	radixSortWords(items)
+	// Keys that tie on the word are ordered by the whole key.
+	for lo := 0; lo < len(items); {
+		hi := lo + 1
+		for hi < len(items) && items[hi].word == items[lo].word {
+			hi++
+		}
+		if hi-lo > 1 {
+			slices.SortFunc(items[lo:hi], func(a, b wordItem) int { return bytes.Compare(entries[a.i].Key, entries[b.i].Key) })
+		}
+		lo = hi
+	}
+	out := make([]index.Entry, len(items))
+	for j, it := range items {
+		out[j] = entries[it.i]
+	}
+	return out
+}
+
+// wordItem is one key's search word and its position in the entries.
+type wordItem struct {
+	word uint64
+	i    uint32
+}
+
+// radixSortWords sorts items by word: a least-significant-byte-first radix
+// sort, stable, skipping the byte positions where every word agrees (the
+// common case for the high bytes of keys with a shared structure). O(n) per
+// pass and at most eight passes, against O(n log n) comparisons.
+func radixSortWords(items []wordItem) {
+	if len(items) < 2 {
+		return
+	}
+	tmp := make([]wordItem, len(items))
+	src, dst := items, tmp
+	for shift := uint(0); shift < 64; shift += 8 {
+		var count [256]int
+		for _, it := range src {
+			count[byte(it.word>>shift)]++
+		}
+		if count[byte(src[0].word>>shift)] == len(src) {
+			continue // every word has this byte: the pass would change nothing
+		}
+		pos := 0
+		for b := range count {
+			c := count[b]
+			count[b] = pos
+			pos += c
+		}
+		for _, it := range src {
+			b := byte(it.word >> shift)
+			dst[count[b]] = it
+			count[b]++
+		}
+		src, dst = dst, src
+	}
+	if &src[0] != &items[0] {
+		copy(items, src)
+	}
 }
 
 func sortedKeys[V any](m map[uint64]V) []uint64 {
