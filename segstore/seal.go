@@ -118,7 +118,7 @@ func (s *Store) sealLocked() error {
 	hint := len(old.keys)
 	old.mu.RUnlock()
 	next := &tail{id: sp.id, path: sp.path, file: sp.f, df: s.newDataFile(sp.id, segment.KindLog), st: s, keys: make(map[string]loc, hint)}
-	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, wal.Options{Publish: next.publish})
+	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
 
 	// The switch: wait for in-flight commits to the old file, then point
 	// writers at the new one. The link record goes first into the new file so

@@ -49,6 +49,20 @@ type Options struct {
 	// (default DefaultMaxGroupBytes); a single larger request is a group
 	// alone.
 	MaxGroupBytes int
+	// ZeroAhead, if > 0, makes a group that is synced also write zeros
+	// after its frame, up to ZeroAhead bytes past the end of the data (and
+	// never past ZeroLimit), whenever less than half of that stretch is
+	// left from an earlier fill. Space reserved with fallocate is
+	// "unwritten" to the file system: the first write into it changes
+	// extent metadata, so its fdatasync commits the journal. Writing
+	// zeros ahead moves that cost to one group in every ZeroAhead/2
+	// bytes, and the fdatasyncs of the groups in between flush data only:
+	// the cheaper barrier. Only synced groups fill, so writes that never
+	// ask for durability (bulk loads) write nothing twice.
+	ZeroAhead int64
+	// ZeroLimit is the offset zero filling stops at: the end of the space
+	// preallocated for the file.
+	ZeroLimit int64
 }
 
 // Writer appends frames to a file with group commit: concurrent Commits are
@@ -58,10 +72,12 @@ type Options struct {
 // meanwhile, so no caller works for others indefinitely and no background
 // goroutine exists. A Writer is safe for concurrent use. It never closes f.
 type Writer struct {
-	f        vfs.File
-	path     string
-	publish  func([]*Request)
-	maxGroup int
+	f         vfs.File
+	path      string
+	publish   func([]*Request)
+	maxGroup  int
+	zeroAhead int64
+	zeroLimit int64
 
 	offset atomic.Int64 // end of written data; advanced by the leader only
 	synced atomic.Int64 // end of synced data; advanced by the leader only
@@ -72,9 +88,10 @@ type Writer struct {
 	err     error     // non-nil once failed; wraps ErrFailed and the cause
 
 	// Used only by the current leader, so not guarded by mu.
-	buf   []byte
-	group []*waiter
-	reqs  []*Request
+	buf    []byte
+	group  []*waiter
+	reqs   []*Request
+	zeroed int64 // every byte below it has been written (data or zeros)
 
 	waiters sync.Pool // of *waiter, to avoid a channel allocation per Commit
 }
@@ -92,7 +109,8 @@ type waiter struct {
 // offset) is the end of the part of f known durable; it becomes the
 // watermark of the first frame. path names f in errors.
 func NewWriter(f vfs.File, path string, offset, syncedOffset int64, opts Options) *Writer {
-	w := &Writer{f: f, path: path, publish: opts.Publish, maxGroup: opts.MaxGroupBytes}
+	w := &Writer{f: f, path: path, publish: opts.Publish, maxGroup: opts.MaxGroupBytes,
+		zeroAhead: opts.ZeroAhead, zeroLimit: opts.ZeroLimit, zeroed: offset}
 	if w.maxGroup <= 0 {
 		w.maxGroup = DefaultMaxGroupBytes
 	}
@@ -235,7 +253,11 @@ func (w *Writer) lead(self *waiter) {
 
 	var err error
 	if total > 0 {
-		err = w.writeFrame(reqs, off, total, synced)
+		zeroTo := int64(0)
+		if needSync && w.zeroAhead > 0 && end+w.zeroAhead/2 > w.zeroed {
+			zeroTo = min(w.zeroLimit, end+w.zeroAhead)
+		}
+		err = w.writeFrame(reqs, off, total, synced, zeroTo)
 	}
 	if err == nil && needSync {
 		if serr := w.f.Sync(); serr != nil {
@@ -284,11 +306,13 @@ func (w *Writer) lead(self *waiter) {
 }
 
 // writeFrame encodes the group's payloads as one frame at off, watermarked
-// with synced, and writes it with one WriteAt.
-func (w *Writer) writeFrame(reqs []*Request, off int64, total int, synced int64) error {
+// with synced, followed by zeros up to zeroTo if that is past the frame's
+// end (see Options.ZeroAhead), and writes it all with one WriteAt.
+func (w *Writer) writeFrame(reqs []*Request, off int64, total int, synced, zeroTo int64) error {
 	size := HeaderSize + total
-	if cap(w.buf) < size {
-		w.buf = make([]byte, 0, size)
+	zeros := max(0, zeroTo-(off+int64(size)))
+	if cap(w.buf) < size+int(zeros) {
+		w.buf = make([]byte, 0, size+int(zeros))
 	}
 	b := w.buf[:HeaderSize]
 	clear(b)
@@ -296,7 +320,14 @@ func (w *Writer) writeFrame(reqs []*Request, off int64, total int, synced int64)
 		b = append(b, r.Payload...)
 	}
 	putHeader(b, uint32(total), uint64(synced))
+	if zeros > 0 {
+		b = b[:size+int(zeros)]
+		clear(b[size:])
+	}
 	_, err := w.f.WriteAt(b, off)
+	if err == nil {
+		w.zeroed = max(w.zeroed, off+int64(len(b)))
+	}
 	if cap(w.buf) > maxKeptBuf {
 		w.buf = nil
 	} else {

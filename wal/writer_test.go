@@ -231,6 +231,62 @@ func TestWriterSyncAndEmptyRequests(t *testing.T) {
 	require.Equal(t, end, res.End)
 }
 
+func TestWriterZeroAhead(t *testing.T) {
+	_, f := newMemFile(t)
+	const start, ahead, limit = 8, 4096, 10000
+	w := NewWriter(f, "test.log", start, start, Options{ZeroAhead: ahead, ZeroLimit: limit})
+	size := func() int64 {
+		n, err := f.Size()
+		require.NoError(t, err)
+		return n
+	}
+
+	// A group nobody syncs writes its frame only: bulk loads write nothing twice.
+	require.NoError(t, w.Commit(&Request{Payload: []byte("abc")}))
+	require.Equal(t, w.Offset(), size())
+
+	// A synced group fills ZeroAhead bytes past its end.
+	require.NoError(t, w.Commit(&Request{Payload: []byte("de"), Sync: true}))
+	filledTo := w.Offset() + ahead
+	require.Equal(t, filledTo, size())
+
+	// While more than half of the fill is left, synced groups write their
+	// frame only, over the zeros.
+	writes := f.writes.Load()
+	var want []frameRec
+	for w.Offset()+HeaderSize+100+ahead/2 <= filledTo {
+		req := &Request{Payload: bytes.Repeat([]byte{'s'}, 100), Sync: true}
+		require.NoError(t, w.Commit(req))
+		want = append(want, frameRec{req.Offset - HeaderSize, string(req.Payload)})
+		require.Equal(t, filledTo, size(), "refilled with %d bytes of the fill left", filledTo-w.Offset())
+	}
+	require.Greater(t, f.writes.Load()-writes, int64(10), "the loop ran")
+
+	// The group that leaves less than half refills, but never past ZeroLimit.
+	refills := 0
+	for w.Offset() < limit+1000 {
+		before := size()
+		req := &Request{Payload: bytes.Repeat([]byte{'t'}, 500), Sync: true}
+		require.NoError(t, w.Commit(req))
+		want = append(want, frameRec{req.Offset - HeaderSize, string(req.Payload)})
+		end := w.Offset()
+		wantSize := max(before, end)
+		if end+ahead/2 > before {
+			wantSize = max(end, min(int64(limit), end+ahead))
+			refills++
+		}
+		require.Equal(t, wantSize, size(), "after a group ending at %d, with %d written before it", end, before)
+	}
+	require.Greater(t, refills, 1)
+
+	// Zeros never land on data: every frame reads back, and the scan ends
+	// cleanly at the data's end, past which only zeros remain.
+	frames, res := fileFrames(t, f, start)
+	require.Equal(t, w.Offset(), res.End)
+	require.False(t, res.Torn)
+	require.Equal(t, want, frames[2:])
+}
+
 func TestWriterConcurrentSyncCalls(t *testing.T) {
 	_, f := newMemFile(t)
 	f.syncDelay = 100 * time.Microsecond
@@ -436,7 +492,12 @@ func TestWriterCrash(t *testing.T) {
 			images = append(images, img)
 		}
 		f.syncHook = func(int64) error { snap(); return nil }
-		w := NewWriter(f, "test.log", 0, 0, Options{Publish: func(reqs []*Request) {
+		// Seeds 2 and 3 write zeros ahead of the data, as live files do.
+		zeroAhead := int64(0)
+		if seed >= 2 {
+			zeroAhead = 4096
+		}
+		w := NewWriter(f, "test.log", 0, 0, Options{ZeroAhead: zeroAhead, ZeroLimit: 128 << 10, Publish: func(reqs []*Request) {
 			for _, r := range reqs {
 				order = append(order, string(r.Payload))
 			}
@@ -472,7 +533,7 @@ func TestWriterCrash(t *testing.T) {
 		for i, img := range images {
 			require.True(t, strings.HasPrefix(all, img), "crash image %d is not a prefix of the file", i)
 		}
-		t.Logf("seed %d (prealloc %v): %d crash images checked, %d syncs", seed, prealloc, len(images), f.syncs.Load())
+		t.Logf("seed %d (prealloc %v, zero ahead %d): %d crash images checked, %d syncs", seed, prealloc, zeroAhead, len(images), f.syncs.Load())
 	}
 }
 
