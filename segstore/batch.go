@@ -13,9 +13,23 @@ type Batch struct {
 	store   *Store
 	buf     []byte // the encoded records, exactly as they go into the frame
 	entries []batchEntry
+	n       int   // operations added since NewBatch or Reset
 	err     error // first validation error; Apply returns it
 	applied bool
 }
+
+// batchBuffers are the two growing slices of a Batch. A successful Apply
+// hands them to the store's pool and NewBatch takes them from it, so a
+// loop that builds and applies batch after batch (a bulk load) does not
+// regrow and re-clear a fresh buffer per batch.
+type batchBuffers struct {
+	buf     []byte
+	entries []batchEntry
+}
+
+// maxPooledBatchBytes bounds the buffers kept for reuse: one huge batch
+// must not pin its memory for the life of the store.
+const maxPooledBatchBytes = 4 << 20
 
 // batchEntry locates one record inside Batch.buf so that the group commit can
 // publish it to the key directory without decoding the batch again.
@@ -26,7 +40,22 @@ type batchEntry struct {
 }
 
 // NewBatch returns an empty batch for this store.
-func (s *Store) NewBatch() *Batch { return &Batch{store: s} }
+func (s *Store) NewBatch() *Batch {
+	b := &Batch{store: s}
+	if bb, ok := s.batchPool.Get().(*batchBuffers); ok {
+		b.buf, b.entries = bb.buf[:0], bb.entries[:0]
+	}
+	return b
+}
+
+// recycle gives b's buffers to the pool once Apply no longer needs them;
+// b keeps working (Reset, Len) without them.
+func (b *Batch) recycle() {
+	if cap(b.buf) <= maxPooledBatchBytes {
+		b.store.batchPool.Put(&batchBuffers{buf: b.buf, entries: b.entries})
+	}
+	b.buf, b.entries = nil, nil
+}
 
 // Put adds a put of key to value. The batch keeps its own copy of both. An
 // invalid key or value is reported here and again by Apply, which then writes
@@ -41,12 +70,13 @@ func (b *Batch) Delete(key []byte) error {
 }
 
 // Len returns the number of operations in the batch.
-func (b *Batch) Len() int { return len(b.entries) }
+func (b *Batch) Len() int { return b.n }
 
 // Reset empties the batch so that it can be reused after Apply.
 func (b *Batch) Reset() {
 	b.buf = b.buf[:0]
 	b.entries = b.entries[:0]
+	b.n = 0
 	b.err = nil
 	b.applied = false
 }
@@ -72,6 +102,7 @@ func (b *Batch) add(kind uint8, key, value []byte) error {
 		recOff: start, recLen: len(b.buf) - start,
 		kind: kind,
 	})
+	b.n++
 	return nil
 }
 

@@ -67,6 +67,8 @@ type Store struct {
 	commitMu  sync.Mutex
 	nextOrder uint64
 
+	batchPool sync.Pool // of *batchBuffers, see Batch.recycle
+
 	mergeMu   sync.Mutex // one merge step at a time
 	mergeOpts MergeOptions
 
@@ -388,20 +390,20 @@ func (s *Store) fail(err error) {
 
 // Put sets key to value.
 func (s *Store) Put(key, value []byte) error {
-	b := Batch{store: s}
+	b := s.NewBatch()
 	if err := b.Put(key, value); err != nil {
 		return err
 	}
-	return s.Apply(&b)
+	return s.Apply(b)
 }
 
 // Delete removes key. Deleting an absent key is not an error.
 func (s *Store) Delete(key []byte) error {
-	b := Batch{store: s}
+	b := s.NewBatch()
 	if err := b.Delete(key); err != nil {
 		return err
 	}
-	return s.Apply(&b)
+	return s.Apply(b)
 }
 
 // Apply writes every operation of b atomically: after any crash either all
@@ -435,6 +437,9 @@ func (s *Store) Apply(b *Batch) error {
 		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	b.applied = true
+	// Commit has returned: the group that held b.buf is written and
+	// published, and nothing refers to the buffers any more.
+	b.recycle()
 	s.stats.writes.Add(1)
 	if end >= s.opts.SegmentSize {
 		s.bg.requestSeal()
