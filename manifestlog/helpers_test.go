@@ -145,18 +145,26 @@ func manifestFiles(t testing.TB, fsys vfs.FS) []string {
 // frameOffsets returns the offsets of the valid frames of a file.
 func frameOffsets(t testing.TB, fsys vfs.FS, path string) []int64 {
 	t.Helper()
+	var offs []int64
+	scanFile(t, fsys, path, func(off int64, _ []byte) error {
+		offs = append(offs, off)
+		return nil
+	})
+	return offs
+}
+
+// scanFile scans the whole of path for frames, calling fn (if not nil) for
+// each valid one.
+func scanFile(t testing.TB, fsys vfs.FS, path string, fn func(off int64, payload []byte) error) wal.ScanResult {
+	t.Helper()
 	f, err := fsys.Open(path)
 	require.NoError(t, err)
 	defer f.Close()
 	size, err := f.Size()
 	require.NoError(t, err)
-	var offs []int64
-	_, err = wal.Scan(f, path, 0, size, func(off int64, _ []byte) error {
-		offs = append(offs, off)
-		return nil
-	})
+	res, err := wal.Scan(f, path, 0, size, fn)
 	require.NoError(t, err)
-	return offs
+	return res
 }
 
 // writeFile writes payloads as frames to dir/MANIFEST-<gen>, each frame

@@ -45,14 +45,7 @@ func copyBytes(b []byte) []byte { return append([]byte(nil), b...) }
 // validEnd is the offset just past the last valid frame of path.
 func validEnd(t *testing.T, fsys vfs.FS, path string) int64 {
 	t.Helper()
-	f, err := fsys.Open(path)
-	require.NoError(t, err)
-	defer f.Close()
-	size, err := f.Size()
-	require.NoError(t, err)
-	res, err := wal.Scan(f, path, 0, size, nil)
-	require.NoError(t, err)
-	return res.End
+	return scanFile(t, fsys, path, nil).End
 }
 
 // TestReplicaRestoresEveryByteOfTheLastGroup flips each bit position of one

@@ -239,7 +239,7 @@ func NextFrame(r io.ReaderAt, path string, after, limit int64) (fr Frame, found 
 		}
 		i, stop := 0, len(b)-HeaderSize
 		for i <= stop {
-			if le.Uint64(b[i:])|le.Uint64(b[i+8:])|uint64(le.Uint32(b[i+16:])) == 0 {
+			if noFrameStartsIn8(b, i) {
 				i += 8
 				continue
 			}
@@ -339,7 +339,7 @@ func (s *scanner) classify(res ScanResult, y int64, reason string) (ScanResult, 
 		}
 		i, stop := 0, len(b)-HeaderSize
 		for i <= stop {
-			if le.Uint64(b[i:])|le.Uint64(b[i+8:])|uint64(le.Uint32(b[i+16:])) == 0 {
+			if noFrameStartsIn8(b, i) {
 				i += 8
 				continue
 			}
@@ -390,6 +390,14 @@ func (s *scanner) validAt(z int64) (bool, error) {
 		return false, err
 	}
 	return xxhash.Sum64(b[8:size]) == h.sum, nil
+}
+
+// noFrameStartsIn8 reports whether b[i:i+20] is all zero, which rules out
+// a frame starting at any of b[i:i+8]: each would have its length field,
+// which is never zero, inside those 20 bytes. b must hold i+20 bytes.
+func noFrameStartsIn8(b []byte, i int) bool {
+	le := binary.LittleEndian
+	return le.Uint64(b[i:])|le.Uint64(b[i+8:])|uint64(le.Uint32(b[i+16:])) == 0
 }
 
 // lastNonZero returns the index of the last non-zero byte of b, or -1.
