@@ -17,10 +17,10 @@ type IterOptions struct {
 	Prefix     []byte // only keys with this prefix (intersected with the bounds)
 }
 
-// Iterator walks keys in ascending byte order over a consistent view (a
-// Snapshot), merging the live file's key directory with the sorted indexes
-// of the sealed segments; the newest version of each key wins and deleted
-// keys are skipped. It is not safe for concurrent use. Close it.
+// Iterator walks keys in byte order, forward or backward, over a consistent
+// view (a Snapshot), merging the live file's key directory with the sorted
+// indexes of the sealed segments; the newest version of each key wins and
+// deleted keys are skipped. It is not safe for concurrent use. Close it.
 type Iterator struct {
 	sn     *Snapshot
 	ownsSn bool
@@ -41,7 +41,9 @@ type iterEntry struct {
 	kind   uint8
 }
 
-// iterSource is one sorted input: a live file's visible keys or a segment index.
+// iterSource is one sorted input: a live file's visible keys or a segment
+// index. pos is the source's current entry: the next one to merge going
+// forward, or going backward (then -1 means exhausted).
 type iterSource struct {
 	prio int // 0 is the newest source
 	df   *dataFile
@@ -84,22 +86,39 @@ func (src *iterSource) seek(key []byte) {
 	src.pos, _ = slices.BinarySearch(src.tailKeys, k)
 }
 
-type iterHeap []*iterSource
-
-func (h iterHeap) Len() int { return len(h) }
-func (h iterHeap) Less(i, j int) bool {
-	c := bytes.Compare(h[i].keyAt(h[i].pos), h[j].keyAt(h[j].pos))
-	if c != 0 {
-		return c < 0
+// seekBefore positions the source at its last key < key, or at its last
+// key if key is nil (no limit).
+func (src *iterSource) seekBefore(key []byte) {
+	if key == nil {
+		src.pos = src.len() - 1
+		return
 	}
-	return h[i].prio < h[j].prio
+	src.seek(key)
+	src.pos--
 }
-func (h iterHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
-func (h *iterHeap) Push(x any)   { *h = append(*h, x.(*iterSource)) }
+
+// iterHeap orders the sources by their current key, smallest first going
+// forward and largest first going backward; among equal keys the newest
+// source (lowest prio) comes first either way, so its version wins.
+type iterHeap struct {
+	srcs    []*iterSource
+	reverse bool
+}
+
+func (h *iterHeap) Len() int { return len(h.srcs) }
+func (h *iterHeap) Less(i, j int) bool {
+	a, b := h.srcs[i], h.srcs[j]
+	c := bytes.Compare(a.keyAt(a.pos), b.keyAt(b.pos))
+	if c != 0 {
+		return (c < 0) != h.reverse
+	}
+	return a.prio < b.prio
+}
+func (h *iterHeap) Swap(i, j int) { h.srcs[i], h.srcs[j] = h.srcs[j], h.srcs[i] }
+func (h *iterHeap) Push(x any)    { h.srcs = append(h.srcs, x.(*iterSource)) }
 func (h *iterHeap) Pop() any {
-	old := *h
-	x := old[len(old)-1]
-	*h = old[:len(old)-1]
+	x := h.srcs[len(h.srcs)-1]
+	h.srcs = h.srcs[:len(h.srcs)-1]
 	return x
 }
 
@@ -186,6 +205,11 @@ func (it *Iterator) First() bool {
 	return it.Seek(nil)
 }
 
+// Last positions the iterator at the last key within the bounds.
+func (it *Iterator) Last() bool {
+	return it.seekBefore(it.upper)
+}
+
 // Seek positions the iterator at the first key >= key within the bounds.
 func (it *Iterator) Seek(key []byte) bool {
 	if it.err != nil || it.sn.closed.Load() {
@@ -195,15 +219,41 @@ func (it *Iterator) Seek(key []byte) bool {
 	if it.lower != nil && bytes.Compare(key, it.lower) < 0 {
 		key = it.lower
 	}
-	it.h = it.h[:0]
+	it.h = iterHeap{srcs: it.h.srcs[:0]}
 	for _, src := range it.srcs {
 		src.seek(key)
 		if src.pos < src.len() {
-			it.h = append(it.h, src)
+			it.h.srcs = append(it.h.srcs, src)
 		}
 	}
 	heap.Init(&it.h)
-	return it.advance()
+	return it.step()
+}
+
+// SeekLT positions the iterator at the last key < key within the bounds.
+// A nil key means no limit other than the upper bound: SeekLT(nil) is Last.
+func (it *Iterator) SeekLT(key []byte) bool {
+	if key == nil || (it.upper != nil && bytes.Compare(key, it.upper) > 0) {
+		key = it.upper
+	}
+	return it.seekBefore(key)
+}
+
+// seekBefore starts a backward walk at the last key < key (nil: no limit).
+func (it *Iterator) seekBefore(key []byte) bool {
+	if it.err != nil || it.sn.closed.Load() {
+		it.valid = false
+		return false
+	}
+	it.h = iterHeap{srcs: it.h.srcs[:0], reverse: true}
+	for _, src := range it.srcs {
+		src.seekBefore(key)
+		if src.pos >= 0 {
+			it.h.srcs = append(it.h.srcs, src)
+		}
+	}
+	heap.Init(&it.h)
+	return it.step()
 }
 
 // Next moves to the next key. It returns false at the end.
@@ -211,23 +261,48 @@ func (it *Iterator) Next() bool {
 	if !it.valid {
 		return false
 	}
-	return it.advance()
+	if it.h.reverse {
+		// Turn around: the sources point below the current key, so start
+		// again just past it (the smallest key greater than it).
+		return it.Seek(append(bytes.Clone(it.key), 0))
+	}
+	return it.step()
 }
 
-// advance takes the smallest key from the heap; its newest version decides.
-func (it *Iterator) advance() bool {
-	for len(it.h) > 0 {
-		top := it.h[0]
+// Prev moves to the previous key. It returns false at the start.
+func (it *Iterator) Prev() bool {
+	if !it.valid {
+		return false
+	}
+	if !it.h.reverse {
+		return it.seekBefore(it.key)
+	}
+	return it.step()
+}
+
+// step takes the next key from the heap in the heap's direction; the
+// newest version of that key decides.
+func (it *Iterator) step() bool {
+	for it.h.Len() > 0 {
+		top := it.h.srcs[0]
 		key := bytes.Clone(top.keyAt(top.pos))
-		if it.upper != nil && bytes.Compare(key, it.upper) >= 0 {
+		if it.h.reverse {
+			if it.lower != nil && bytes.Compare(key, it.lower) < 0 {
+				break
+			}
+		} else if it.upper != nil && bytes.Compare(key, it.upper) >= 0 {
 			break
 		}
 		best := top.entryAt(top.pos)
 		// Step every source past this key; the first popped has the best prio.
-		for len(it.h) > 0 && bytes.Equal(it.h[0].keyAt(it.h[0].pos), key) {
-			src := it.h[0]
-			src.pos++
-			if src.pos < src.len() {
+		for it.h.Len() > 0 && bytes.Equal(it.h.srcs[0].keyAt(it.h.srcs[0].pos), key) {
+			src := it.h.srcs[0]
+			if it.h.reverse {
+				src.pos--
+			} else {
+				src.pos++
+			}
+			if src.pos >= 0 && src.pos < src.len() {
 				heap.Fix(&it.h, 0)
 			} else {
 				heap.Pop(&it.h)

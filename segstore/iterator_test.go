@@ -1,0 +1,146 @@
+package segstore
+
+import (
+	"bytes"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/segkv/segkv/vfs"
+)
+
+// TestIteratorMatchesModel builds a store whose keys are spread over sealed
+// segments, the live file and deletions that shadow older versions, then
+// moves an iterator at random (First, Last, Seek, SeekLT, Next, Prev, with
+// random bounds or a prefix) and compares every position with a sorted
+// model of the visible keys.
+func TestIteratorMatchesModel(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+		defer checkAndClose(t, s)
+
+		keyGen := rapid.SampledFrom([]string{"", "a", "a\x00", "ab", "abc", "b", "ba", "bb", "c", "c\xff", "d", "da", "e"})
+		state := map[string]string{}
+		for i, n := 0, rapid.IntRange(0, 40).Draw(rt, "ops"); i < n; i++ {
+			k := keyGen.Draw(rt, "key")
+			if k == "" {
+				continue // empty keys are not valid
+			}
+			switch rapid.IntRange(0, 9).Draw(rt, "op") {
+			case 0:
+				require.NoError(rt, s.Seal())
+			case 1, 2:
+				require.NoError(rt, s.Delete([]byte(k)))
+				delete(state, k)
+			default:
+				v := k + "-" + rapid.StringMatching(`[a-z]{0,3}`).Draw(rt, "value")
+				require.NoError(rt, s.Put([]byte(k), []byte(v)))
+				state[k] = v
+			}
+		}
+
+		var opts IterOptions
+		switch rapid.IntRange(0, 2).Draw(rt, "bounds") {
+		case 1:
+			if rapid.Bool().Draw(rt, "has lower") {
+				opts.LowerBound = []byte(keyGen.Draw(rt, "lower"))
+			}
+			if rapid.Bool().Draw(rt, "has upper") {
+				opts.UpperBound = []byte(keyGen.Draw(rt, "upper"))
+			}
+		case 2:
+			opts.Prefix = []byte(rapid.SampledFrom([]string{"a", "b", "c\xff", "z"}).Draw(rt, "prefix"))
+		}
+		var want []string // the visible keys, ascending
+		for k := range state {
+			if opts.LowerBound != nil && k < string(opts.LowerBound) ||
+				opts.UpperBound != nil && k >= string(opts.UpperBound) ||
+				!strings.HasPrefix(k, string(opts.Prefix)) {
+				continue
+			}
+			want = append(want, k)
+		}
+		slices.Sort(want)
+
+		it, err := s.NewIterator(&opts)
+		require.NoError(rt, err)
+		defer it.Close()
+		pos := -1 // index into want, or -1 when the iterator is not valid
+		for i, n := 0, rapid.IntRange(1, 30).Draw(rt, "moves"); i < n; i++ {
+			var ok bool
+			switch move := rapid.IntRange(0, 5).Draw(rt, "move"); move {
+			case 0:
+				ok = it.First()
+				pos = 0
+			case 1:
+				ok = it.Last()
+				pos = len(want) - 1
+			case 2:
+				target := keyGen.Draw(rt, "seek")
+				ok = it.Seek([]byte(target))
+				pos, _ = slices.BinarySearch(want, target)
+			case 3:
+				target := keyGen.Draw(rt, "seeklt")
+				ok = it.SeekLT([]byte(target))
+				pos, _ = slices.BinarySearch(want, target)
+				pos--
+			case 4:
+				wasValid := pos >= 0 && pos < len(want)
+				ok = it.Next()
+				if wasValid {
+					pos++
+				}
+			case 5:
+				wasValid := pos >= 0 && pos < len(want)
+				ok = it.Prev()
+				if wasValid {
+					pos--
+				}
+			}
+			if pos < 0 || pos >= len(want) {
+				pos = -1
+			}
+			require.Equal(rt, pos >= 0, ok, "move %d: valid", i)
+			require.Equal(rt, ok, it.Valid())
+			if !ok {
+				continue
+			}
+			require.Equal(rt, want[pos], string(it.Key()), "move %d", i)
+			v, err := it.Value()
+			require.NoError(rt, err)
+			require.Equal(rt, state[want[pos]], string(v))
+		}
+		require.NoError(rt, it.Err())
+	})
+}
+
+// TestIteratorReverseScan walks a store backward from Last and requires
+// the exact reverse of the forward scan.
+func TestIteratorReverseScan(t *testing.T) {
+	s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), SegmentSize: 16 << 10})
+	defer checkAndClose(t, s)
+	for i := range 3000 {
+		k := []byte{byte('a' + i%7), byte(i / 256), byte(i)}
+		require.NoError(t, s.Put(k, bytes.Repeat(k, 10)))
+		if i%5 == 0 {
+			require.NoError(t, s.Delete([]byte{byte('a' + (i+3)%7), byte(i / 300), byte(i)}))
+		}
+	}
+	it, err := s.NewIterator(nil)
+	require.NoError(t, err)
+	defer it.Close()
+	var fwd, back []string
+	for ok := it.First(); ok; ok = it.Next() {
+		fwd = append(fwd, string(it.Key()))
+	}
+	for ok := it.Last(); ok; ok = it.Prev() {
+		back = append(back, string(it.Key()))
+	}
+	require.NoError(t, it.Err())
+	require.Greater(t, len(fwd), 2000)
+	slices.Reverse(back)
+	require.Equal(t, fwd, back)
+}
