@@ -97,9 +97,16 @@ func TestSealGolden(t *testing.T) {
 				cfs.StartLog()
 				gate.release(job)
 				if job == "tidy" {
+					// Tidy writes the index, then truncates the data file to
+					// its sealed size: wait for both, or the log may stop
+					// between them.
+					seg := s.Segments()[0]
 					require.Eventually(t, func() bool {
-						_, err := cfs.Stat("/db/" + segment.IndexName(s.Segments()[0].ID))
-						return err == nil
+						if _, err := cfs.Stat("/db/" + segment.IndexName(seg.ID)); err != nil {
+							return false
+						}
+						size, err := cfs.Stat("/db/" + segment.DataName(seg.ID, segment.KindLog))
+						return err == nil && size == seg.Size
 					}, timeout, tick)
 				} else {
 					waitSpare(t, s, 2)
