@@ -70,7 +70,7 @@ func classify(t *testing.T, fsys vfs.FS) (mid, beforeRetire bool) {
 	require.NoError(t, err)
 	activated := 0
 	for i, g := range gens {
-		ld, err := loadGeneration(fsys, g.path, g.gen)
+		ld, err := loadGeneration(fsys, g.path, g.gen, nil)
 		require.NoError(t, err)
 		if ld.activated {
 			activated++

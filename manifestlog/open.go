@@ -78,7 +78,7 @@ type restore struct {
 // damage a crash cannot produce, an ErrUnsupportedVersion error for a file of
 // another version, and activated=false for a file that a crash left
 // incomplete (before its activate record).
-func loadGeneration(fsys vfs.FS, path string, gen uint64) (*loaded, error) {
+func loadGeneration(fsys vfs.FS, path string, gen uint64, observe func(wal.Frame, *record)) (*loaded, error) {
 	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("manifestlog: open %s: %w", path, err)
@@ -89,7 +89,7 @@ func loadGeneration(fsys vfs.FS, path string, gen uint64) (*loaded, error) {
 		return nil, fmt.Errorf("manifestlog: size of %s: %w", path, err)
 	}
 	ld := &loaded{l: newLog(), size: size}
-	r := replayer{l: ld.l, path: path, gen: gen}
+	r := replayer{l: ld.l, path: path, gen: gen, observe: observe}
 	res, err := wal.ScanFrames(f, path, 0, size, r.frame)
 	if err != nil {
 		return nil, err
@@ -233,6 +233,9 @@ type replayer struct {
 	groupBuf   []byte
 	groupLens  []int
 	restores   []restore
+
+	// observe, if set (Inspect), sees every record replayed, in order.
+	observe func(wal.Frame, *record)
 }
 
 func (r *replayer) groupPayload(i int) []byte {
@@ -277,11 +280,22 @@ func (r *replayer) corrupt(off int64, format string, args ...any) error {
 }
 
 func (r *replayer) frame(fr wal.Frame) error {
-	off, payload := fr.Off, fr.Payload
-	rec, err := decodeRecord(payload)
+	rec, err := decodeRecord(fr.Payload)
 	if err != nil {
-		return r.corrupt(off, "record: %v", err)
+		return r.corrupt(fr.Off, "record: %v", err)
 	}
+	if err := r.record(fr, rec); err != nil {
+		return err
+	}
+	if r.observe != nil {
+		r.observe(fr, &rec)
+	}
+	return nil
+}
+
+// record replays one decoded record.
+func (r *replayer) record(fr wal.Frame, rec record) error {
+	off, payload := fr.Off, fr.Payload
 	end := off + fr.Size()
 	l := r.l
 	switch r.phase {
@@ -429,7 +443,7 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 		older  []genFile
 	)
 	for i := len(gens) - 1; i >= 0; i-- {
-		g, err := loadGeneration(fsys, gens[i].path, gens[i].gen)
+		g, err := loadGeneration(fsys, gens[i].path, gens[i].gen, nil)
 		if err != nil {
 			return nil, State{}, rep, err
 		}
