@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -11,10 +10,10 @@ import (
 	"runtime/pprof"
 	"runtime/trace"
 	"strings"
-	"text/tabwriter"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/segkv/segkv/internal/cliout"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -189,103 +188,16 @@ func (c *common) startProfiles() (stop func() error, err error) {
 	return stop, nil
 }
 
-// row is one line of output: a JSON object with -json, a table line
-// otherwise.
-type row interface {
-	header() []string
-	cells() []string
-}
+// row, printer and progress are the tools' shared output (internal/cliout).
+type (
+	row      = cliout.Row
+	printer  = cliout.Printer
+	progress = cliout.Progress
+)
 
-// printer writes rows. Tables are aligned with tabwriter and get a new
-// header whenever the kind of row changes.
-type printer struct {
-	json    bool
-	enc     *json.Encoder
-	tw      *tabwriter.Writer
-	lastHdr string
-}
+func newPrinter(w io.Writer, asJSON bool) *printer { return cliout.NewPrinter(w, asJSON) }
 
-func newPrinter(w io.Writer, asJSON bool) *printer {
-	p := &printer{json: asJSON}
-	if asJSON {
-		p.enc = json.NewEncoder(w)
-	} else {
-		p.tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	}
-	return p
-}
-
-// note prints a comment line in table mode; JSON output stays rows only.
-func (p *printer) note(format string, args ...any) error {
-	if p.json {
-		return nil
-	}
-	if err := p.tw.Flush(); err != nil {
-		return err
-	}
-	p.lastHdr = ""
-	_, err := fmt.Fprintf(p.tw, "# "+format+"\n", args...)
-	if err != nil {
-		return err
-	}
-	return p.tw.Flush()
-}
-
-func (p *printer) print(r row) error {
-	if p.json {
-		if err := p.enc.Encode(r); err != nil {
-			return fmt.Errorf("write JSON row: %w", err)
-		}
-		return nil
-	}
-	h := strings.Join(r.header(), "\t")
-	if h != p.lastHdr {
-		if p.lastHdr != "" {
-			fmt.Fprintln(p.tw)
-		}
-		fmt.Fprintln(p.tw, h+"\t")
-		p.lastHdr = h
-	}
-	_, err := fmt.Fprintln(p.tw, strings.Join(r.cells(), "\t")+"\t")
-	return err
-}
-
-func (p *printer) flush() error {
-	if p.json {
-		return nil
-	}
-	if err := p.tw.Flush(); err != nil {
-		return fmt.Errorf("write table: %w", err)
-	}
-	return nil
-}
-
-// progress writes a one-line status to stderr when it is a terminal, and
-// nothing otherwise.
-type progress struct {
-	w  io.Writer
-	on bool
-}
-
-func (e *env) progress() *progress { return &progress{w: e.stderr, on: e.tty} }
-
-func (p *progress) update(format string, args ...any) {
-	if p.on {
-		fmt.Fprintf(p.w, "\r\033[K"+format, args...)
-	}
-}
-
-func (p *progress) done() {
-	if p.on {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
-}
-
-// isTerminal reports whether f is a terminal.
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
+func (e *env) progress() *progress { return cliout.NewProgress(e.stderr, e.tty) }
 
 // isManifest says whether a file name (or path) is a manifest of either
 // protocol.

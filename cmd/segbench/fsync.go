@@ -21,11 +21,11 @@ type fsyncRow struct {
 	MaxUS  float64 `json:"max_us"`
 }
 
-func (fsyncRow) header() []string {
+func (fsyncRow) Header() []string {
 	return []string{"op", "n", "p50 us", "p99 us", "mean us", "min us", "max us"}
 }
 
-func (r fsyncRow) cells() []string {
+func (r fsyncRow) Cells() []string {
 	return []string{r.Op, itoa(r.N), ftoa(r.P50US, 1), ftoa(r.P99US, 1), ftoa(r.MeanUS, 1), ftoa(r.MinUS, 1), ftoa(r.MaxUS, 1)}
 }
 
@@ -66,15 +66,15 @@ func runFsync(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	p := newPrinter(e.stdout, c.json)
-	if err := p.note("segbench fsync: %d iterations of each probe, interleaved, in %s", *n, ws.desc); err != nil {
+	if err := p.Note("segbench fsync: %d iterations of each probe, interleaved, in %s", *n, ws.desc); err != nil {
 		return err
 	}
 	for _, r := range rows {
-		if err := p.print(r); err != nil {
+		if err := p.Print(r); err != nil {
 			return err
 		}
 	}
-	if err := p.flush(); err != nil {
+	if err := p.Flush(); err != nil {
 		return err
 	}
 	return ws.cleanup()
@@ -119,9 +119,9 @@ func fsyncProbe(ctx context.Context, dir string, n int, prog *progress) ([]fsync
 			}
 			samples[k] = append(samples[k], d)
 		}
-		prog.update("fsync probe: %d/%d", i+1, n)
+		prog.Update("fsync probe: %d/%d", i+1, n)
 	}
-	prog.done()
+	prog.Done()
 	rows := make([]fsyncRow, len(probes))
 	for k, p := range probes {
 		s := summarize(samples[k])

@@ -27,11 +27,11 @@ type importRow struct {
 	ManifestBytesWritten int64  `json:"manifest_bytes_written"`
 }
 
-func (importRow) header() []string {
+func (importRow) Header() []string {
 	return []string{"mode", "segments", "imports", "total ms", "us/segment", "manifest commits", "fsyncs", "dirsyncs", "renames", "manifest B written"}
 }
 
-func (r importRow) cells() []string {
+func (r importRow) Cells() []string {
 	return []string{r.Mode, itoa(r.Segments), itoa(r.Imports), ftoa(r.TotalMS, 1), ftoa(r.USPerSegment, 0), itoa(r.ManifestCommits),
 		itoa(r.Fsyncs), itoa(r.Dirsyncs), itoa(r.Renames), itoa(r.ManifestBytesWritten)}
 }
@@ -45,11 +45,11 @@ type importRatioRow struct {
 	ManifestCommits float64 `json:"manifest_commits"`
 }
 
-func (importRatioRow) header() []string {
+func (importRatioRow) Header() []string {
 	return []string{"single/batch", "segments", "total ms", "fsyncs", "manifest commits"}
 }
 
-func (r importRatioRow) cells() []string {
+func (r importRatioRow) Cells() []string {
 	return []string{r.Mode, itoa(r.Segments), ftoa(r.TotalMS, 2), ftoa(r.Fsyncs, 2), ftoa(r.ManifestCommits, 2)}
 }
 
@@ -88,15 +88,15 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	p := newPrinter(e.stdout, c.json)
-	if err := p.note("segbench import: %d segments of %d records, in %s", *segments, *records, ws.desc); err != nil {
+	if err := p.Note("segbench import: %d segments of %d records, in %s", *segments, *records, ws.desc); err != nil {
 		return err
 	}
 	for _, r := range rows {
-		if err := p.print(r); err != nil {
+		if err := p.Print(r); err != nil {
 			return err
 		}
 	}
-	if err := p.flush(); err != nil {
+	if err := p.Flush(); err != nil {
 		return err
 	}
 	return ws.cleanup()
@@ -118,7 +118,7 @@ func importBench(ctx context.Context, ws *workspace, n, records int, prog *progr
 	if err != nil {
 		return nil, fmt.Errorf("single imports: %w", err)
 	}
-	prog.done()
+	prog.Done()
 	return []row{batch, single, importRatioRow{
 		Mode:            "ratio",
 		Segments:        n,
@@ -147,7 +147,7 @@ func exportSegments(ctx context.Context, fs vfs.FS, dir string, n, records int, 
 		if err := src.Seal(); err != nil {
 			return nil, fmt.Errorf("source seal: %w", err)
 		}
-		prog.update("import: sealing source %d/%d", s+1, n)
+		prog.Update("import: sealing source %d/%d", s+1, n)
 	}
 	infos := src.Segments()
 	if len(infos) != n {
@@ -196,7 +196,7 @@ func importInto(ctx context.Context, base vfs.FS, dir string, exports [][]byte, 
 			if _, err := st.Import(ctx, r); err != nil {
 				return importRow{}, fmt.Errorf("import %d: %w", i, err)
 			}
-			prog.update("import: single %d/%d", i+1, len(readers))
+			prog.Update("import: single %d/%d", i+1, len(readers))
 		}
 	}
 	elapsed := time.Since(start)

@@ -30,6 +30,8 @@ import (
 	"sort"
 	"strings"
 	"syscall"
+
+	"github.com/segkv/segkv/internal/cliout"
 )
 
 // Exit codes.
@@ -86,7 +88,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
 	if f, ok := stderr.(*os.File); ok {
-		e.tty = isTerminal(f)
+		e.tty = cliout.IsTerminal(f)
 	}
 	name := "seal"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {

@@ -30,11 +30,11 @@ type putRow struct {
 	Seals          int64   `json:"seals"`
 }
 
-func (putRow) header() []string {
+func (putRow) Header() []string {
 	return []string{"writers", "n", "sync", "seconds", "ops/s", "p50 us", "p99 us", "p99.9 us", "fsyncs/put", "dirsyncs/put", "seals"}
 }
 
-func (r putRow) cells() []string {
+func (r putRow) Cells() []string {
 	return []string{itoa(r.Writers), itoa(r.N), r.Sync, ftoa(r.Seconds, 3), ftoa(r.OpsPerSec, 0), ftoa(r.P50US, 1),
 		ftoa(r.P99US, 1), ftoa(r.P999US, 1), ftoa(r.FsyncsPerPut, 4), ftoa(r.DirsyncsPerPut, 4), itoa(r.Seals)}
 }
@@ -83,13 +83,13 @@ func runPut(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	p := newPrinter(e.stdout, c.json)
-	if err := p.note("segbench put: 32-byte keys, 100-byte values, in %s", ws.desc); err != nil {
+	if err := p.Note("segbench put: 32-byte keys, 100-byte values, in %s", ws.desc); err != nil {
 		return err
 	}
-	if err := p.print(r); err != nil {
+	if err := p.Print(r); err != nil {
 		return err
 	}
-	if err := p.flush(); err != nil {
+	if err := p.Flush(); err != nil {
 		return err
 	}
 	return ws.cleanup()
@@ -153,14 +153,14 @@ func putBench(ctx context.Context, base vfs.FS, dir string, writers, n int, mode
 				}
 				lat[w] = append(lat[w], time.Since(t0))
 				if w == 0 && i%4096 == 0 {
-					prog.update("put: writer 0 at %d/%d", i, share)
+					prog.Update("put: writer 0 at %d/%d", i, share)
 				}
 			}
 		}()
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	prog.done()
+	prog.Done()
 	for _, err := range errs {
 		if err != nil {
 			return putRow{}, err

@@ -55,12 +55,12 @@ type sealRow struct {
 	ManifestBytesWrittenPerSeal float64 `json:"manifest_bytes_written_per_seal"`
 }
 
-func (sealRow) header() []string {
+func (sealRow) Header() []string {
 	return []string{"protocol", "segments", "us/seal", "p99 us", "fsync us/seal", "fsyncs/seal", "dirsyncs/seal", "renames/seal",
 		"bg fsyncs/seal", "bg dirsyncs/seal", "spare misses", "manifest B", "manifest file B", "manifest B written/seal"}
 }
 
-func (r sealRow) cells() []string {
+func (r sealRow) Cells() []string {
 	return []string{r.Protocol, itoa(r.Segments), ftoa(r.USPerSeal, 0), ftoa(r.USP99, 0), ftoa(r.FsyncUSPerSeal, 0), ftoa(r.FsyncsPerSeal, 2),
 		ftoa(r.DirsyncsPerSeal, 2), ftoa(r.RenamesPerSeal, 2), ftoa(r.BgFsyncsPerSeal, 2), ftoa(r.BgDirsyncsPerSeal, 2),
 		itoa(r.SpareMisses), itoa(r.ManifestBytes), itoa(r.ManifestFileBytes), ftoa(r.ManifestBytesWrittenPerSeal, 0)}
@@ -75,11 +75,11 @@ type sealRatioRow struct {
 	ManifestBytesWrittenPerSeal float64 `json:"manifest_bytes_written_per_seal"`
 }
 
-func (sealRatioRow) header() []string {
+func (sealRatioRow) Header() []string {
 	return []string{"legacy/new", "segments", "us/seal", "fsyncs/seal", "manifest B written/seal"}
 }
 
-func (r sealRatioRow) cells() []string {
+func (r sealRatioRow) Cells() []string {
 	return []string{r.Protocol, itoa(r.Segments), ftoa(r.USPerSeal, 2), ftoa(r.FsyncsPerSeal, 2), ftoa(r.ManifestBytesWrittenPerSeal, 2)}
 }
 
@@ -100,11 +100,11 @@ type sealOpRow struct {
 	USPerSeal    float64 `json:"us_per_seal"` // mean
 }
 
-func (sealOpRow) header() []string {
+func (sealOpRow) Header() []string {
 	return []string{"breakdown", "op", "calls/seal", "mean us/seal"}
 }
 
-func (r sealOpRow) cells() []string {
+func (r sealOpRow) Cells() []string {
 	return []string{r.Breakdown, r.Op, ftoa(r.CallsPerSeal, 2), ftoa(r.USPerSeal, 1)}
 }
 
@@ -159,19 +159,19 @@ func runSeal(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	p := newPrinter(e.stdout, c.json)
-	if err := p.note("segbench seal: %d segments per protocol, rows every %d, in %s", cfg.segments, cfg.step, ws.desc); err != nil {
+	if err := p.Note("segbench seal: %d segments per protocol, rows every %d, in %s", cfg.segments, cfg.step, ws.desc); err != nil {
 		return err
 	}
 	for _, r := range rows {
-		if err := p.print(r); err != nil {
+		if err := p.Print(r); err != nil {
 			return err
 		}
 	}
-	if err := p.flush(); err != nil {
+	if err := p.Flush(); err != nil {
 		return err
 	}
 	for _, t := range totals {
-		if err := p.note("%s", t); err != nil {
+		if err := p.Note("%s", t); err != nil {
 			return err
 		}
 	}
@@ -310,9 +310,9 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 		for k, name := range cfg.protocols {
 			status += fmt.Sprintf(" %s %d/%d", name, done[k], cfg.segments)
 		}
-		prog.update("seal:%s", status)
+		prog.Update("seal:%s", status)
 	}
-	prog.done()
+	prog.Done()
 	var totals []string
 	for k, s := range sealers {
 		sealers[k] = nil
