@@ -1,7 +1,10 @@
 package segstore
 
 import (
+	"bytes"
+	"errors"
 	"fmt"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -116,4 +119,50 @@ func TestMappedReadsDetectCorruption(t *testing.T) {
 	_, err = s.Get([]byte("key"))
 	require.True(t, namesFile(err, path), "got %v", err)
 	require.Len(t, mappedIDs(s), 1, "the read went through the mapping")
+}
+
+// TestMappedReadRacingSnapshotClose reads through a snapshot that holds
+// the last pin on merged-away segments while another goroutine closes the
+// snapshot: each read pins the file itself, so the mapping cannot be
+// released under it (that was a SIGSEGV); a read after the close gets
+// ErrClosed or the value, never garbage.
+func TestMappedReadRacingSnapshotClose(t *testing.T) {
+	s := mustOpen(t, t.TempDir(), &Options{FS: vfs.NewOS(), Merge: MergeOptions{Disable: true}})
+	defer checkAndClose(t, s)
+	val := bytes.Repeat([]byte{'v'}, 1<<20)
+	for range 15 {
+		require.NoError(t, s.Put([]byte("a"), val))
+		require.NoError(t, s.Seal())
+		require.NoError(t, s.Put([]byte("b"), val))
+		require.NoError(t, s.Seal())
+		sn, err := s.NewSnapshot()
+		require.NoError(t, err)
+		_, err = sn.Get([]byte("a")) // maps the segment
+		require.NoError(t, err)
+		require.NoError(t, s.Compact(t.Context())) // now only sn pins the inputs
+		started := make(chan struct{}, 2)
+		var wg sync.WaitGroup
+		for range 2 {
+			wg.Go(func() {
+				started <- struct{}{}
+				for range 200 {
+					v, err := sn.Get([]byte("a"))
+					if err != nil {
+						if !errors.Is(err, ErrClosed) {
+							t.Errorf("read racing close: %v", err)
+						}
+						return
+					}
+					if !bytes.Equal(v, val) {
+						t.Errorf("read racing close: wrong value")
+						return
+					}
+				}
+			})
+		}
+		<-started
+		<-started
+		require.NoError(t, sn.Close())
+		wg.Wait()
+	}
 }
