@@ -127,6 +127,43 @@ func loadGeneration(fsys vfs.FS, path string, gen uint64, observe func(wal.Frame
 // write back, and returns the offset after the replica; otherwise -1 (a
 // torn tail).
 func (r *replayer) restoreFromReplica(f vfs.File, y, limit int64) (int64, error) {
+	next, err := r.restoreFromGroupReplica(f, y, limit)
+	if next >= 0 || err != nil {
+		return next, err
+	}
+	return r.rebuildReplica(f, y, limit)
+}
+
+// rebuildReplica handles an invalid frame at y where the replica of a
+// complete group belongs, when the next group of the same write follows
+// it. One write larger than maxGroupPayload is several groups sharing one
+// watermark, so the later groups do not vouch for an earlier replica: a
+// damaged one would otherwise read as a torn tail and take the later
+// groups' acknowledged commits with it. The group's frames are intact, so
+// its replica is rebuilt from them, if it fits the gap exactly and the
+// frame after the gap belongs to the same write (same watermark). Returns
+// the offset after the replica, or -1 (a torn tail).
+func (r *replayer) rebuildReplica(f vfs.File, y, limit int64) (int64, error) {
+	if r.phase < phaseBacklog || len(r.groupLens) == 0 {
+		return -1, nil
+	}
+	payload := appendReplica(nil, r.groupStart, r.groupPayloads())
+	rebuilt := wal.AppendFrame(nil, payload, r.groupWM)
+	end := y + int64(len(rebuilt))
+	next, ok, err := wal.NextFrame(f, r.path, y, limit)
+	if err != nil || !ok || next.Off != end || next.Watermark != r.groupWM {
+		return -1, err
+	}
+	if err := r.frame(wal.Frame{Off: y, Watermark: r.groupWM, Payload: payload}); err != nil {
+		return -1, err
+	}
+	r.restores = append(r.restores, restore{off: y, frames: rebuilt})
+	return end, nil
+}
+
+// restoreFromGroupReplica restores frames of the current group from the
+// group's replica after them.
+func (r *replayer) restoreFromGroupReplica(f vfs.File, y, limit int64) (int64, error) {
 	if r.phase < phaseBacklog {
 		return -1, nil // a checkpoint is synced before anything relies on it
 	}

@@ -1,6 +1,7 @@
 package manifestlog
 
 import (
+	"bytes"
 	"path/filepath"
 	"testing"
 
@@ -210,4 +211,48 @@ func TestTornGroupWithoutReplicaTruncated(t *testing.T) {
 	require.Empty(t, rep2.Actions)
 	requireStateEqual(t, want, got2)
 	require.NoError(t, l2.Close())
+}
+
+// TestSplitWriteReplicaRestored: one write larger than maxGroupPayload is
+// several groups sharing one watermark, so a later group does not vouch
+// for an earlier group's replica. A flip in that replica must be repaired
+// (the replica rebuilt from its intact group), not read as a torn tail
+// that drops the later groups' acknowledged commits.
+func TestSplitWriteReplicaRestored(t *testing.T) {
+	big := func(id uint64) SegmentMeta {
+		m := seg(id)
+		m.MinKey = bytes.Repeat([]byte{'a'}, 3<<20)
+		return m
+	}
+	first := [][]byte{appendActivate(nil, 0), editPayload(1, Edit{Add: []SegmentMeta{seg(1)}, NextID: 2})}
+	last := [][]byte{
+		editPayload(2, Edit{Add: []SegmentMeta{big(2)}, NextID: 3}),
+		editPayload(3, Edit{Add: []SegmentMeta{big(3)}, NextID: 4}),
+	}
+	ref := vfs.NewMem()
+	path, starts := writeGroups(t, ref, 1, first, last)
+	var offs []int64 // edit 2, its replica R1, edit 3, its replica R2
+	for _, o := range frameOffsets(t, ref, path) {
+		if o >= starts[1] {
+			offs = append(offs, o)
+		}
+	}
+	require.Len(t, offs, 4, "the write was split into two groups")
+	orig, err := ref.ReadFile(path)
+	require.NoError(t, err)
+	r1, r1End := offs[1], offs[2]
+	for _, at := range []int64{r1, r1 + 8, r1 + frameHeaderSize, r1 + frameHeaderSize + 5, (r1 + r1End) / 2, r1End - 1} {
+		fsys := vfs.NewMem()
+		b := copyBytes(orig)
+		b[at] ^= 0x04
+		writeRaw(t, fsys, path, b)
+		l, got, rep := openLog(t, fsys, Options{})
+		require.Equal(t, uint64(3), got.Seq, "flip at %d: %v", at, rep.Actions)
+		require.Equal(t, []int64{r1}, rep.RestoredFrames, "flip at %d", at)
+		require.NoError(t, l.Close())
+		l, got, rep = openLog(t, fsys, Options{})
+		require.Empty(t, rep.Actions, "flip at %d: the repair left the file dirty", at)
+		require.Equal(t, uint64(3), got.Seq)
+		require.NoError(t, l.Close())
+	}
 }
