@@ -64,22 +64,6 @@ func (s *Store) newDataFile(id uint64, kind uint8) *dataFile {
 
 func (d *dataFile) pin() { d.pins.Add(1) }
 
-// tryPin pins d unless its last pin is already gone (it was retired and
-// every reader that could see it is done, or the store closed): a read
-// that holds a pin of its own cannot have the mapping released under it,
-// even if the snapshot it reads through is closed meanwhile.
-func (d *dataFile) tryPin() bool {
-	for {
-		n := d.pins.Load()
-		if n <= 0 {
-			return false
-		}
-		if d.pins.CompareAndSwap(n, n+1) {
-			return true
-		}
-	}
-}
-
 // unpin drops a pin. The count reaches zero only once the store's own pin
 // is gone: the file was retired (it is removed), or the store closed (its
 // mapping is released).

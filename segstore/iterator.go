@@ -329,6 +329,11 @@ func (it *Iterator) Value() ([]byte, error) {
 	if !it.valid {
 		return nil, ErrNotFound
 	}
+	it.sn.readMu.RLock()
+	defer it.sn.readMu.RUnlock()
+	if it.sn.closed.Load() {
+		return nil, ErrClosed
+	}
 	v, err := it.sn.s.readValue(it.cur.df, it.cur.off, it.cur.length, it.cur.kind, it.key)
 	if err != nil {
 		it.err = err

@@ -123,9 +123,9 @@ func TestMappedReadsDetectCorruption(t *testing.T) {
 
 // TestMappedReadRacingSnapshotClose reads through a snapshot that holds
 // the last pin on merged-away segments while another goroutine closes the
-// snapshot: each read pins the file itself, so the mapping cannot be
-// released under it (that was a SIGSEGV); a read after the close gets
-// ErrClosed or the value, never garbage.
+// snapshot: Close waits for reads in flight, so the mapping cannot be
+// released under one (that was a SIGSEGV); a read after the close gets
+// ErrClosed, never garbage.
 func TestMappedReadRacingSnapshotClose(t *testing.T) {
 	s := mustOpen(t, t.TempDir(), &Options{FS: vfs.NewOS(), Merge: MergeOptions{Disable: true}})
 	defer checkAndClose(t, s)

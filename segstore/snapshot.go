@@ -3,6 +3,7 @@ package segstore
 import (
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/segkv/segkv/segment"
@@ -24,6 +25,11 @@ type Snapshot struct {
 	tails  []*tail   // the live file and the one being sealed, newest first
 	segs   []*sealed // newest first
 	closed atomic.Bool
+	// readMu is held shared by every value read through the snapshot and
+	// exclusively by Close, so a read finishes before the pins it relies
+	// on are dropped: a sealed file's mapping goes with its last pin, and
+	// a read still copying from it would fault.
+	readMu sync.RWMutex
 }
 
 // NewSnapshot returns a snapshot of the store's current state. Close it.
@@ -55,6 +61,8 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 
 // Close releases the snapshot. Later Gets return ErrClosed.
 func (sn *Snapshot) Close() error {
+	sn.readMu.Lock()
+	defer sn.readMu.Unlock()
 	if !sn.closed.CompareAndSwap(false, true) {
 		return nil
 	}
@@ -70,11 +78,13 @@ func (sn *Snapshot) Close() error {
 
 // Get returns the value key had when the snapshot was taken.
 func (sn *Snapshot) Get(key []byte) ([]byte, error) {
-	if sn.closed.Load() || sn.s.closed.Load() {
-		return nil, ErrClosed
-	}
 	if len(key) > sn.s.opts.MaxKeySize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLarge, len(key), sn.s.opts.MaxKeySize)
+	}
+	sn.readMu.RLock()
+	defer sn.readMu.RUnlock()
+	if sn.closed.Load() || sn.s.closed.Load() {
+		return nil, ErrClosed
 	}
 	for _, t := range sn.tails {
 		t.mu.RLock()

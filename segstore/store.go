@@ -491,12 +491,6 @@ func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 // readValue reads and verifies the record at off in data file d and returns
 // its value, which the caller owns. The caller keeps d pinned (or holds mu).
 func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key []byte) ([]byte, error) {
-	if !d.tryPin() {
-		// Only a reader whose snapshot or iterator was closed under it
-		// gets here: the file is gone or about to be.
-		return nil, ErrClosed
-	}
-	defer d.unpin()
 	var r io.ReaderAt
 	if m := d.reader(); m != nil {
 		r = m
