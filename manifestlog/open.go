@@ -116,7 +116,7 @@ func loadGeneration(fsys vfs.FS, path string, gen uint64, observe func(wal.Frame
 	ld.replayed = r.replayed
 	ld.restores = r.restores
 	if r.phase >= phaseBacklog && len(r.groupLens) > 0 {
-		ld.openGroup = wal.AppendFrame(nil, appendReplica(nil, r.groupStart, r.groupPayloads()), r.groupWM)
+		ld.openGroup = wal.AppendFrame(nil, r.groupReplica(), r.groupWM)
 	}
 	return ld, nil
 }
@@ -147,7 +147,7 @@ func (r *replayer) rebuildReplica(f vfs.File, y, limit int64) (int64, error) {
 	if r.phase < phaseBacklog || len(r.groupLens) == 0 {
 		return -1, nil
 	}
-	payload := appendReplica(nil, r.groupStart, r.groupPayloads())
+	payload := r.groupReplica()
 	rebuilt := wal.AppendFrame(nil, payload, r.groupWM)
 	end := y + int64(len(rebuilt))
 	next, ok, err := wal.NextFrame(f, r.path, y, limit)
@@ -281,6 +281,12 @@ func (r *replayer) groupPayload(i int) []byte {
 		off += n
 	}
 	return r.groupBuf[off : off+r.groupLens[i]]
+}
+
+// groupReplica is the payload of the replica record of the group so far:
+// what its writer appended after it, or should have.
+func (r *replayer) groupReplica() []byte {
+	return appendReplica(nil, r.groupStart, r.groupPayloads())
 }
 
 func (r *replayer) groupPayloads() [][]byte {
