@@ -17,9 +17,6 @@ import (
 	"github.com/segkv/segkv/vfs"
 )
 
-// errHelp is returned when -h was asked for: usage was printed, exit 0.
-var errHelp = errors.New("help requested")
-
 // common holds the flags every subcommand takes.
 type common struct {
 	dir        string
@@ -41,15 +38,12 @@ func (c *common) register(fs *flag.FlagSet, withFS bool) {
 	}
 }
 
-// parseFlags parses args into fs and maps the flag package's outcomes onto
-// ours: -h is errHelp, anything else wrong is a usageError. Positional
-// arguments are refused, so that a typo is never silently ignored.
+// parseFlags parses args into fs (cliout.ParseFlags: -h is errHelp,
+// anything else wrong a usageError) and refuses positional arguments, so
+// that a typo is never silently ignored.
 func parseFlags(fs *flag.FlagSet, args []string) error {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return errHelp
-		}
-		return usageError{err}
+	if err := cliout.ParseFlags(fs, args); err != nil {
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usagef("unexpected argument %q", fs.Arg(0))

@@ -41,15 +41,13 @@ const (
 	exitUsage = 2 // bad subcommand or flags
 )
 
-// usageError marks an error as the caller's: bad flags or arguments.
-type usageError struct{ err error }
+// The usage-error convention shared with the other tools (internal/cliout).
+type usageError = cliout.UsageError
 
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
+var (
+	usagef  = cliout.Usagef
+	errHelp = cliout.ErrHelp
+)
 
 // command is one subcommand. run parses args itself, so that each subcommand
 // owns its flags and its usage text.

@@ -40,11 +40,8 @@ func newFlags(name string, e *env, withHex bool) *flags {
 // parse parses args and checks the number of positional arguments: exactly
 // want, or at least want if more is set.
 func (f *flags) parse(args []string, want int, more bool) ([]string, error) {
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil, errHelp
-		}
-		return nil, usageError{err}
+	if err := cliout.ParseFlags(f.FlagSet, args); err != nil {
+		return nil, err
 	}
 	pos := f.Args()
 	for _, a := range pos {

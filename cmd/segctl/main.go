@@ -43,18 +43,13 @@ const (
 	exitUsage = 2 // bad command, flags or arguments
 )
 
-// usageError marks an error as the caller's: bad flags or arguments.
-type usageError struct{ err error }
+// The usage-error convention shared with the other tools (internal/cliout).
+type usageError = cliout.UsageError
 
-func (e usageError) Error() string { return e.err.Error() }
-func (e usageError) Unwrap() error { return e.err }
-
-func usagef(format string, args ...any) error {
-	return usageError{fmt.Errorf(format, args...)}
-}
-
-// errHelp is returned when -h was asked for: usage was printed, exit 0.
-var errHelp = errors.New("help requested")
+var (
+	usagef  = cliout.Usagef
+	errHelp = cliout.ErrHelp
+)
 
 // errReported is returned by a command that already printed why it fails
 // (damage found, key absent): exit 1 without another message.

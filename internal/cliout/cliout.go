@@ -1,7 +1,7 @@
-// Package cliout is the output of segkv's command-line tools: aligned
-// tables by default, one JSON object per row on request, and a one-line
-// progress status that shows only on a terminal, so piped output stays
-// clean.
+// Package cliout is what segkv's command-line tools share: their output
+// (aligned tables by default, one JSON object per row on request, and a
+// one-line progress status that shows only on a terminal, so piped output
+// stays clean) and their flag and usage-error conventions.
 package cliout
 
 import (
