@@ -26,10 +26,12 @@ const (
 	OpCreate                // FS.Create
 	OpTruncate              // File.Truncate
 	OpPreallocate           // File.Preallocate
+	OpRead                  // File.ReadAt
+	OpOpen                  // FS.Open and FS.OpenReadWrite
 	numOps
 )
 
-var opNames = [numOps]string{"file-sync", "dir-sync", "any-sync", "write", "rename", "remove", "create", "truncate", "preallocate"}
+var opNames = [numOps]string{"file-sync", "dir-sync", "any-sync", "write", "rename", "remove", "create", "truncate", "preallocate", "read", "open"}
 
 func (o Op) String() string {
 	if o >= 0 && o < numOps {
@@ -51,6 +53,12 @@ type Fault struct {
 	// returns true (for Rename: either path). Operations it rejects do not
 	// count towards Nth.
 	Match func(path string) bool
+	// Short applies to OpRead only: instead of failing outright, the read
+	// returns the first half of the bytes asked for (rounded down, so
+	// possibly none) and an error matching both io.ErrUnexpectedEOF and
+	// ErrInjected. It models a device that returns less than was asked,
+	// which a reader must not mistake for the end of the file.
+	Short bool
 }
 
 // FaultStats are Faulty's counters since NewFaulty.
@@ -105,6 +113,9 @@ func (f *Faulty) Inject(ft Fault) error {
 	}
 	if ft.Nth < 1 {
 		return fmt.Errorf("vfs: inject: Nth must be >= 1, got %d", ft.Nth)
+	}
+	if ft.Short && ft.Op != OpRead {
+		return fmt.Errorf("vfs: inject: Short applies to %v only, not %v", OpRead, ft.Op)
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -169,6 +180,13 @@ func (f *Faulty) Stats() FaultStats {
 // check counts one operation of kind op on paths and reports the injected
 // error if a rule selects it.
 func (f *Faulty) check(op Op, paths ...string) error {
+	_, err := f.checkShort(op, paths...)
+	return err
+}
+
+// checkShort is check that also reports whether the rule that fired asked
+// for a short read rather than a failed one.
+func (f *Faulty) checkShort(op Op, paths ...string) (short bool, err error) {
 	kinds := []Op{op}
 	if op == OpFileSync || op == OpDirSync {
 		kinds = append(kinds, OpAnySync)
@@ -188,12 +206,12 @@ func (f *Faulty) check(op Op, paths ...string) error {
 		r.count++
 		switch {
 		case r.count == r.Nth:
-			fail = true
+			fail, short = true, short || r.Short
 			if r.Persistent {
 				kept = append(kept, r)
 			}
 		case r.count > r.Nth: // only persistent rules are still here
-			fail = true
+			fail, short = true, short || r.Short
 			kept = append(kept, r)
 		default:
 			kept = append(kept, r)
@@ -202,12 +220,15 @@ func (f *Faulty) check(op Op, paths ...string) error {
 	clear(f.rules[len(kept):])
 	f.rules = kept
 	if !fail {
-		return nil
+		return false, nil
 	}
 	for _, k := range kinds {
 		f.injected[k]++
 	}
-	return fmt.Errorf("vfs: %s %s: %w", op, strings.Join(paths, " "), ErrInjected)
+	if short {
+		return true, fmt.Errorf("vfs: short %s %s: %w (%w)", op, strings.Join(paths, " "), io.ErrUnexpectedEOF, ErrInjected)
+	}
+	return false, fmt.Errorf("vfs: %s %s: %w", op, strings.Join(paths, " "), ErrInjected)
 }
 
 func (r *rule) selects(kinds []Op, paths []string) bool {
@@ -265,6 +286,9 @@ func (f *Faulty) Create(name string) (File, error) {
 }
 
 func (f *Faulty) Open(name string) (File, error) {
+	if err := f.check(OpOpen, name); err != nil {
+		return nil, err
+	}
 	inner, err := f.inner.Open(name)
 	if err != nil {
 		return nil, err
@@ -273,6 +297,9 @@ func (f *Faulty) Open(name string) (File, error) {
 }
 
 func (f *Faulty) OpenReadWrite(name string) (File, error) {
+	if err := f.check(OpOpen, name); err != nil {
+		return nil, err
+	}
 	inner, err := f.inner.OpenReadWrite(name)
 	if err != nil {
 		return nil, err
@@ -315,6 +342,24 @@ type faultyFile struct {
 
 	mu        sync.Mutex
 	cleanNext bool // Linux mode: the sync after a failed one reports success
+}
+
+// ReadAt fails, or returns a short read, when a rule selects it. A faulty
+// file never offers a memory mapping (it does not implement Mapper), so
+// every read of the engine goes through here and can be failed.
+func (ff *faultyFile) ReadAt(b []byte, off int64) (int, error) {
+	short, err := ff.f.checkShort(OpRead, ff.Name())
+	if err == nil {
+		return ff.File.ReadAt(b, off)
+	}
+	if !short {
+		return 0, err
+	}
+	n, rerr := ff.File.ReadAt(b[:len(b)/2], off)
+	if rerr != nil {
+		return n, rerr
+	}
+	return n, err
 }
 
 func (ff *faultyFile) WriteAt(b []byte, off int64) (int, error) {

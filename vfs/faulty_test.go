@@ -3,6 +3,7 @@ package vfs
 import (
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"strings"
 	"sync"
@@ -301,4 +302,60 @@ func TestFaultyConcurrent(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	require.Positive(t, fy.Stats().Seen[OpWrite])
+}
+
+// TestFaultyReads fails the Nth read and open of matching files, and gives
+// short reads that a caller cannot mistake for the end of the file.
+func TestFaultyReads(t *testing.T) {
+	fy, m := newFaultyDB(t)
+	require.NoError(t, m.WriteFile("/db/a", []byte("0123456789")))
+	require.NoError(t, m.WriteFile("/db/b", []byte("abcdefghij")))
+	isA := func(p string) bool { return strings.HasSuffix(p, "/a") }
+
+	require.NoError(t, fy.Inject(Fault{Op: OpRead, Nth: 2, Match: isA}))
+	fa, err := fy.Open("/db/a")
+	require.NoError(t, err)
+	fb, err := fy.Open("/db/b")
+	require.NoError(t, err)
+	buf := make([]byte, 4)
+	got := outcomes(t, 3, func(i int) error {
+		if _, err := fb.ReadAt(buf, 0); err != nil { // never selected
+			return err
+		}
+		_, err := fa.ReadAt(buf, int64(i))
+		return err
+	})
+	require.Equal(t, ".x.", got)
+	require.EqualValues(t, 1, fy.Stats().Injected[OpRead])
+
+	// A short read returns half of what was asked and an error that says
+	// so; it is not io.EOF.
+	require.NoError(t, fy.Inject(Fault{Op: OpRead, Nth: 1, Short: true}))
+	buf = make([]byte, 6)
+	n, err := fa.ReadAt(buf, 2)
+	require.Equal(t, 3, n)
+	require.Equal(t, "234", string(buf[:n]))
+	require.ErrorIs(t, err, io.ErrUnexpectedEOF)
+	require.ErrorIs(t, err, ErrInjected)
+	require.NotErrorIs(t, err, io.EOF)
+	n, err = fa.ReadAt(buf, 2) // the fault fired once
+	require.NoError(t, err)
+	require.Equal(t, 6, n)
+
+	require.Error(t, fy.Inject(Fault{Op: OpWrite, Nth: 1, Short: true}), "Short is for reads only")
+
+	// Opens fail through both Open and OpenReadWrite.
+	require.NoError(t, fy.Inject(Fault{Op: OpOpen, Nth: 1, Persistent: true, Match: isA}))
+	_, err = fy.Open("/db/a")
+	require.ErrorIs(t, err, ErrInjected)
+	_, err = fy.OpenReadWrite("/db/a")
+	require.ErrorIs(t, err, ErrInjected)
+	f, err := fy.Open("/db/b")
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+	require.NoError(t, fa.Close())
+	require.NoError(t, fb.Close())
+	fy.Clear()
+	_, isMapper := any(f).(Mapper)
+	require.False(t, isMapper, "a faulty file must not offer a mapping that bypasses its read faults")
 }
