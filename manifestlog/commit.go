@@ -18,8 +18,24 @@ import (
 // NextID is raised past every added id and the live id, so that ids stay
 // monotonic even if a caller forgets.
 func (l *Log) Commit(e Edit) (uint64, error) {
+	c, err := l.CommitEdit(e)
+	return c.Seq, err
+}
+
+// Committed is what CommitEdit made durable.
+type Committed struct {
+	Seq uint64        // the edit's sequence number
+	Add []SegmentMeta // the added segments as recorded: Order and AddedSeq filled in
+}
+
+// CommitEdit is Commit, and also returns the added segments as the log
+// recorded them. The log owns the order counter: an added segment with Order
+// 0 is given the next order, in sequence order, so that a segment committed
+// later always shadows one committed earlier; a non-zero Order (a merge
+// output keeps the order of its newest input) is recorded as given.
+func (l *Log) CommitEdit(e Edit) (Committed, error) {
 	if err := validateStatic(&e); err != nil {
-		return 0, err
+		return Committed{}, err
 	}
 	own := Edit{
 		Add:       make([]SegmentMeta, len(e.Add)),
@@ -39,30 +55,35 @@ func (l *Log) Commit(e Edit) (uint64, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return 0, ErrClosed
+		return Committed{}, ErrClosed
 	}
 	if l.err != nil {
-		return 0, l.err
+		return Committed{}, l.err
 	}
 	for _, id := range own.Remove {
 		if !l.pendingPresent(id) {
-			return 0, fmt.Errorf("%w: remove of segment %d, which is not present", ErrInvalidEdit, id)
+			return Committed{}, fmt.Errorf("%w: remove of segment %d, which is not present", ErrInvalidEdit, id)
 		}
 	}
 	seq := l.tipSeq + 1
 	nextID := max(l.tipNextID, own.NextID)
+	nextOrder := max(l.tipNextOrder, own.NextOrder)
 	for i := range own.Add {
 		own.Add[i].AddedSeq = seq
 		nextID = max(nextID, own.Add[i].ID+1)
+		if own.Add[i].Order == 0 {
+			nextOrder = max(nextOrder, 1) // order 0 means "unassigned"
+			own.Add[i].Order = nextOrder
+			nextOrder++
+		}
 	}
 	if own.SetLive && own.LiveID != 0 {
 		nextID = max(nextID, own.LiveID+1)
 	}
-	nextOrder := max(l.tipNextOrder, own.NextOrder)
 	own.NextID, own.NextOrder = nextID, nextOrder
 	payload := appendEdit(make([]byte, 0, editSize(&own)), seq, &own, nextID, nextOrder)
 	if len(payload) > maxEditBytes {
-		return 0, fmt.Errorf("%w: edit encodes to %d bytes (max %d)", ErrInvalidEdit, len(payload), maxEditBytes)
+		return Committed{}, fmt.Errorf("%w: edit encodes to %d bytes (max %d)", ErrInvalidEdit, len(payload), maxEditBytes)
 	}
 	l.tipSeq, l.tipNextID, l.tipNextOrder = seq, nextID, nextOrder
 	for _, id := range own.Remove {
@@ -91,9 +112,30 @@ func (l *Log) Commit(e Edit) (uint64, error) {
 		}
 	}
 	if p.err != nil {
-		return 0, p.err
+		return Committed{}, p.err
 	}
-	return p.seq, nil
+	return Committed{Seq: p.seq, Add: slices.Clone(own.Add)}, nil
+}
+
+// NewID reserves a fresh file id. The log owns the id counter: ids are
+// handed out in increasing order, and the next commit records the counter
+// past every id reserved so far, so no id is handed out twice, across
+// restarts too, whether or not the file it named was ever committed.
+func (l *Log) NewID() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	id := max(l.tipNextID, 1)
+	l.tipNextID = id + 1
+	return id
+}
+
+// ReserveIDsBelow raises the id counter to at least n (it never lowers it):
+// Open calls it with one past the highest id found on disk, so that a file
+// left by a crash before any commit recorded its id is never named again.
+func (l *Log) ReserveIDsBelow(n uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.tipNextID = max(l.tipNextID, n)
 }
 
 func editSize(e *Edit) int {

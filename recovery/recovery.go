@@ -17,6 +17,14 @@
 //     files a committed merge retired, or a continuation whose predecessor
 //     lost a torn tail (its writes were not acknowledged as durable, and
 //     keeping them would break the prefix property).
+//
+// A file is removed only once it has been read and so proved to hold no
+// acknowledged data. A candidate continuation that cannot be read (an I/O
+// error, a short read) makes Run fail with that error, and one damaged in a
+// way a crash cannot produce makes it fail with a *corruption.Error naming
+// the file and offset; in both cases nothing at all is removed, so a later
+// Open (after the error passed, or after an explicit repair) finds every
+// file where it was.
 //   - "<id>.idx" files of segments the manifest does not name.
 //
 // Nothing else in the directory is touched.
@@ -28,7 +36,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"iter"
 	"log/slog"
@@ -37,6 +44,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
@@ -189,31 +197,34 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 			var err error
 			if id == state.LiveID {
 				lf, rr, err = replayLive(fsys, p, id, opts)
-			} else if unused, uerr := unusedSpare(fsys, p); uerr == nil && unused {
-				// A continuation's first frame is its link record, and any
-				// later sync made it durable too: no first frame, nothing
-				// written. Skip it without scanning its preallocated space.
-				continue
 			} else {
+				unused, uerr := unusedSpare(fsys, p)
+				if uerr != nil {
+					// Not proved unused: it may hold acknowledged writes.
+					return nil, rep, fmt.Errorf("recovery: check live continuation candidate %s: %w", p, uerr)
+				}
+				if unused {
+					// A continuation's first frame is its link record, and any
+					// later sync made it durable too: no first frame, nothing
+					// written. Skip it without scanning its preallocated space.
+					continue
+				}
 				// Validate a candidate before any of its records reach the caller;
 				// continuations only exist after a crash inside a seal, so reading
 				// one twice costs nothing in the common case.
 				lf, rr, err = replayLive(fsys, p, id, Options{})
 			}
 			if err != nil {
-				if id == state.LiveID {
-					if errors.Is(err, fs.ErrNotExist) {
-						// Named by the manifest, so it was durable: its absence is
-						// damage, not something a crash leaves.
-						return nil, rep, corruption.New(p, -1, "live file %d named by the manifest is missing", id)
-					}
-					return nil, rep, err
+				if id == state.LiveID && errors.Is(err, fs.ErrNotExist) {
+					// Named by the manifest, so it was durable: its absence is
+					// damage, not something a crash leaves.
+					return nil, rep, corruption.New(p, -1, "live file %d named by the manifest is missing", id)
 				}
-				// A file that cannot be read as a continuation is not part of the
-				// chain; it holds nothing acknowledged (see the package comment).
-				log.Warn("segkv: unreadable live continuation dropped", "path", p, "err", err)
-				rep.DroppedChain = append(rep.DroppedChain, p)
-				continue
+				// A read error or damage a crash cannot produce: the file may
+				// hold acknowledged writes, so nothing is removed and Open
+				// fails with the error (a read error may pass; damage is a
+				// typed corruption error naming the file and offset).
+				return nil, rep, err
 			}
 			if id != state.LiveID {
 				if !rr.HasLink || rr.LinkID != prevID {
@@ -299,12 +310,17 @@ func unusedSpare(fsys vfs.FS, p string) (bool, error) {
 		return false, err
 	}
 	defer f.Close()
-	hdr := make([]byte, wal.HeaderSize)
-	n, err := f.ReadAt(hdr, segment.HeaderSize)
-	if n < len(hdr) {
+	size, err := f.Size()
+	if err != nil {
+		return false, err
+	}
+	if size < segment.HeaderSize+wal.HeaderSize {
+		// No room for a first frame: nothing was ever written after the
+		// header. Decided by the size, never by a read that came back short.
 		return true, nil
 	}
-	if err != nil && !errors.Is(err, io.EOF) {
+	hdr := make([]byte, wal.HeaderSize)
+	if _, err := f.ReadAt(hdr, segment.HeaderSize); err != nil {
 		return false, err
 	}
 	for _, b := range hdr {
@@ -343,6 +359,9 @@ func remove(fsys vfs.FS, p string, rep *Report, log *slog.Logger) error {
 	return nil
 }
 
+// errNotLoaded marks the segments loadIndexes skipped after a failure.
+var errNotLoaded = errors.New("recovery: index not loaded: an earlier segment failed")
+
 // indexLoad is the outcome of LoadOrRebuildIndex for one segment.
 type indexLoad struct {
 	ix     *index.Index
@@ -354,23 +373,41 @@ type indexLoad struct {
 // goroutines as there are CPUs: loading an index is a large read into fresh
 // memory plus a checksum and a validation pass, CPU-bound when the page
 // cache holds the file, so the store's Open scales with cores rather than
-// with the sum of the index sizes. Results are in metas' order, so the
-// caller reports the first failure in that order whatever finished first.
+// with the sum of the index sizes. Rebuilds from data files, which hold a
+// map of every key of the segment, run one at a time, so memory stays that
+// of one rebuild however many indexes are missing. After the first error no
+// new segment is started: Open fails anyway. Results are in metas' order,
+// so the caller reports the first failure in that order among those tried.
 func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta) []indexLoad {
 	out := make([]indexLoad, len(metas))
 	next := make(chan int)
-	var wg sync.WaitGroup
+	var (
+		wg        sync.WaitGroup
+		rebuildMu sync.Mutex
+		failed    atomic.Bool
+	)
 	for range min(runtime.GOMAXPROCS(0), len(metas)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				ix, reason, err := LoadOrRebuildIndex(fsys, dir, metas[i])
+				ix, reason, err := loadOrRebuildIndex(fsys, dir, metas[i], &rebuildMu)
 				out[i] = indexLoad{ix: ix, reason: reason, err: err}
+				if err != nil {
+					failed.Store(true)
+				}
 			}
 		}()
 	}
 	for i := range metas {
+		if failed.Load() {
+			// Never reached by the caller, which stops at the failure that
+			// was dispatched before these; filled in all the same.
+			for j := i; j < len(metas); j++ {
+				out[j].err = errNotLoaded
+			}
+			break
+		}
 		next <- i
 	}
 	close(next)
@@ -385,6 +422,12 @@ func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta) []ind
 // whose checksum still differs from the manifest's means the data file is
 // not what was sealed: that is corruption of the data file.
 func LoadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) (*index.Index, string, error) {
+	return loadOrRebuildIndex(fsys, dir, m, nil)
+}
+
+// loadOrRebuildIndex is LoadOrRebuildIndex; a rebuild holds rebuildMu, if
+// set, for its duration.
+func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, rebuildMu *sync.Mutex) (*index.Index, string, error) {
 	ixPath := filepath.Join(dir, segment.IndexName(m.ID))
 	id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
 	ix, err := index.Load(fsys, ixPath, m.IndexChecksum, id)
@@ -396,6 +439,10 @@ func LoadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) (*in
 		reason = "missing"
 	} else if !errors.Is(err, corruption.ErrCorrupt) {
 		reason = "unreadable: " + reason
+	}
+	if rebuildMu != nil {
+		rebuildMu.Lock()
+		defer rebuildMu.Unlock()
 	}
 	dataPath := filepath.Join(dir, segment.DataName(m.ID, m.FileKind))
 	built, err := BuildIndex(fsys, dataPath, m.DataLength)

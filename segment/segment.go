@@ -267,8 +267,14 @@ func ReplayFile(f vfs.File, path string, limit int64, fn func(r Record, off int6
 		limit = size
 	}
 	h := make([]byte, HeaderSize)
+	if size < HeaderSize {
+		// Every data file has its header written and synced before any
+		// manifest or link can name it.
+		return res, corruption.New(path, 0, "file of %d bytes has no room for its %d-byte header", size, HeaderSize)
+	}
 	if _, err := f.ReadAt(h, 0); err != nil {
-		return res, corruption.New(path, 0, "reading header: %v", err)
+		// The file is long enough: a failed read is an I/O error, not damage.
+		return res, fmt.Errorf("segment: read header of %s: %w", path, err)
 	}
 	if err := CheckHeader(path, h); err != nil {
 		return res, err
@@ -297,8 +303,14 @@ func ReplayFile(f vfs.File, path string, limit int64, fn func(r Record, off int6
 // manifest records and peers compare.
 func Digest(r io.ReaderAt, length int64) (uint64, error) {
 	h := xxhash.New()
-	if _, err := io.Copy(h, io.NewSectionReader(r, 0, length)); err != nil {
+	n, err := io.Copy(h, io.NewSectionReader(r, 0, length))
+	if err != nil {
 		return 0, fmt.Errorf("segment: digest: %w", err)
+	}
+	if n != length {
+		// The file ended early: a digest of fewer bytes would be recorded
+		// as the segment's and fail every later check.
+		return 0, fmt.Errorf("segment: digest: read %d of %d bytes: %w", n, length, io.ErrUnexpectedEOF)
 	}
 	return h.Sum64(), nil
 }

@@ -89,6 +89,9 @@ func (b *background) afterSeal(j sealTidy) {
 }
 
 func (b *background) runTidy() {
+	if b == nil {
+		return
+	}
 	b.tidyMu.Lock()
 	jobs := b.tidyJobs
 	b.tidyJobs = nil
@@ -98,6 +101,10 @@ func (b *background) runTidy() {
 	}
 }
 
+// stop ends the background goroutine after the job it is running. Tidy
+// jobs still queued stay queued: Close runs them (runTidy) after its own
+// last seal, since index files left unwritten would be rebuilt by the next
+// Open, and writing them now is cheaper.
 func (b *background) stop() {
 	if b == nil {
 		return
@@ -105,9 +112,6 @@ func (b *background) stop() {
 	close(b.quit)
 	b.cancel()
 	b.wg.Wait()
-	// Index files left unwritten would be rebuilt by the next Open; writing
-	// them now is cheaper.
-	b.runTidy()
 }
 
 func (b *background) run() {
@@ -140,13 +144,19 @@ func (b *background) run() {
 			// One bounded step per wake-up; ask again if there may be more, so
 			// that seals, spares and quit are served between steps.
 			did, err := b.s.mergeStep(b.ctx, false)
-			if err != nil {
+			switch {
+			case err != nil && b.ctx.Err() != nil:
+				// Stopped by Close: the step left nothing behind.
+			case err != nil:
 				b.s.log.Warn("segkv: background merge failed", "err", err)
-			} else if did {
+			case did:
 				b.requestMerge()
 			}
 		case <-tick:
-			if err := b.s.Sync(); err != nil {
+			if b.s.failed() != nil {
+				continue
+			}
+			if err := b.s.syncLive(); err != nil {
 				b.s.log.Warn("segkv: interval sync failed", "err", err)
 			}
 		}
@@ -155,10 +165,10 @@ func (b *background) run() {
 
 // ensureSpare makes the next live file if none is ready.
 func (s *Store) ensureSpare() {
-	s.spareMu.Lock()
-	have := s.spare != nil
-	s.spareMu.Unlock()
-	if have || s.usable() != nil {
+	s.spare.Lock()
+	have := s.spare.file != nil
+	s.spare.Unlock()
+	if have || s.closed.Load() || s.failed() != nil {
 		return
 	}
 	sp, err := s.makeSpare()
@@ -166,15 +176,15 @@ func (s *Store) ensureSpare() {
 		s.log.Warn("segkv: making the next live file failed; the next seal will retry", "err", err)
 		return
 	}
-	s.spareMu.Lock()
-	if s.spare == nil && !s.closed.Load() {
-		s.spare = sp
+	s.spare.Lock()
+	if s.spare.file == nil && !s.closed.Load() {
+		s.spare.file = sp
 		sp = nil
 		// Counted once a seal can take it, so that a poller of SparesMade
 		// never sees a spare that is not there yet.
 		s.stats.sparesMade.Add(1)
 	}
-	s.spareMu.Unlock()
+	s.spare.Unlock()
 	if sp != nil {
 		sp.f.Close()
 		s.fs.Remove(sp.path)
@@ -186,8 +196,11 @@ func (s *Store) ensureSpare() {
 func (s *Store) autoSeal() error {
 	s.sealMu.Lock()
 	defer s.sealMu.Unlock()
+	if s.closed.Load() {
+		return nil // Close seals a large live file itself
+	}
 	s.mu.RLock()
-	t := s.tail
+	t := s.mu.tail
 	s.mu.RUnlock()
 	if t.w.Offset() < s.opts.SegmentSize {
 		return nil

@@ -70,10 +70,18 @@ func (b *Batch) Delete(key []byte) error {
 }
 
 // Len returns the number of operations in the batch.
-func (b *Batch) Len() int { return b.n }
+func (b *Batch) Len() int {
+	if b == nil {
+		return 0
+	}
+	return b.n
+}
 
 // Reset empties the batch so that it can be reused after Apply.
 func (b *Batch) Reset() {
+	if b == nil {
+		return
+	}
 	b.buf = b.buf[:0]
 	b.entries = b.entries[:0]
 	b.n = 0
@@ -82,6 +90,9 @@ func (b *Batch) Reset() {
 }
 
 func (b *Batch) add(kind uint8, key, value []byte) error {
+	if b == nil || b.store == nil {
+		return fmt.Errorf("%w: a Batch must come from Store.NewBatch", ErrInvalidBatch)
+	}
 	if b.err != nil {
 		return b.err
 	}

@@ -17,14 +17,15 @@ import (
 // hot path. Writes may continue meanwhile; Check looks at a consistent view
 // by holding writers off for its duration.
 func (s *Store) Check() error {
-	if s.closed.Load() {
-		return ErrClosed
+	if err := s.enter(false); err != nil {
+		return err
 	}
+	defer s.ops.leave()
 	s.writeMu.Lock()
 	defer s.writeMu.Unlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	for _, t := range [2]*tail{s.frozen, s.tail} {
+	for _, t := range [2]*tail{s.mu.frozen, s.mu.tail} {
 		if t == nil {
 			continue
 		}
@@ -32,7 +33,7 @@ func (s *Store) Check() error {
 			return err
 		}
 	}
-	for _, sg := range s.segs {
+	for _, sg := range s.mu.segs {
 		if err := s.checkSegment(sg); err != nil {
 			return err
 		}

@@ -25,6 +25,9 @@ type dataFile struct {
 	path    string
 	pins    atomic.Int64
 	retired atomic.Bool
+	// filesMu orders the creation of the file's index by a seal's tidy job
+	// and the removal of its files after it was retired.
+	filesMu sync.Mutex
 
 	// sealedLen is the file's length once it is part of a sealed segment
 	// (0 while it is live): from then on [0, sealedLen) never changes and
@@ -145,6 +148,8 @@ func (d *dataFile) retire() {
 // that the next Open removes (the manifest no longer names them), so it is
 // logged, not returned.
 func (d *dataFile) remove() {
+	d.filesMu.Lock()
+	defer d.filesMu.Unlock()
 	d.s.files.forget(d.id)
 	for _, p := range []string{d.path, filepath.Join(d.s.dir, segment.IndexName(d.id))} {
 		if err := d.s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {

@@ -22,10 +22,11 @@ type fileCache struct {
 	fs    vfs.FS
 	limit int
 
-	mu   sync.RWMutex
-	open map[uint64]*fileHandle
-	ring []*fileHandle // clock order
-	hand int
+	mu     sync.RWMutex
+	closed bool // no more acquires: the store closed
+	open   map[uint64]*fileHandle
+	ring   []*fileHandle // clock order
+	hand   int
 }
 
 type fileHandle struct {
@@ -43,6 +44,10 @@ func newFileCache(fsys vfs.FS, limit int) *fileCache {
 // acquire returns an open handle on data file id at path.
 func (c *fileCache) acquire(id uint64, path string) (*fileHandle, error) {
 	c.mu.RLock()
+	if c.closed {
+		c.mu.RUnlock()
+		return nil, ErrClosed
+	}
 	if h := c.open[id]; h != nil {
 		h.refs.Add(1)
 		h.used.Store(true)
@@ -57,6 +62,10 @@ func (c *fileCache) acquire(id uint64, path string) (*fileHandle, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.closed {
+		f.Close()
+		return nil, ErrClosed
+	}
 	if h := c.open[id]; h != nil {
 		// Another reader opened it meanwhile; keep one.
 		f.Close()
@@ -140,12 +149,23 @@ func (c *fileCache) openCount() int {
 	return len(c.ring)
 }
 
+// close closes every idle file and refuses later acquires; a file still in
+// use (a snapshot's read racing the store's Close) is closed by its last
+// release.
 func (c *fileCache) close() error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.closed = true
 	var errs []error
 	for _, h := range c.ring {
-		errs = append(errs, h.f.Close())
+		if h.refs.Load() == 0 {
+			errs = append(errs, h.f.Close())
+			continue
+		}
+		h.detached.Store(true)
+		if h.refs.Load() == 0 && h.detached.CompareAndSwap(true, false) {
+			errs = append(errs, h.f.Close())
+		}
 	}
 	clear(c.open)
 	c.ring = nil

@@ -212,7 +212,7 @@ func (it *Iterator) Last() bool {
 
 // Seek positions the iterator at the first key >= key within the bounds.
 func (it *Iterator) Seek(key []byte) bool {
-	if it.err != nil || it.sn.closed.Load() {
+	if !it.usable() || it.err != nil {
 		it.valid = false
 		return false
 	}
@@ -241,7 +241,7 @@ func (it *Iterator) SeekLT(key []byte) bool {
 
 // seekBefore starts a backward walk at the last key < key (nil: no limit).
 func (it *Iterator) seekBefore(key []byte) bool {
-	if it.err != nil || it.sn.closed.Load() {
+	if !it.usable() || it.err != nil {
 		it.valid = false
 		return false
 	}
@@ -258,7 +258,7 @@ func (it *Iterator) seekBefore(key []byte) bool {
 
 // Next moves to the next key. It returns false at the end.
 func (it *Iterator) Next() bool {
-	if !it.valid {
+	if !it.valid || !it.usable() {
 		return false
 	}
 	if it.h.reverse {
@@ -271,7 +271,7 @@ func (it *Iterator) Next() bool {
 
 // Prev moves to the previous key. It returns false at the start.
 func (it *Iterator) Prev() bool {
-	if !it.valid {
+	if !it.valid || !it.usable() {
 		return false
 	}
 	if !it.h.reverse {
@@ -331,7 +331,8 @@ func (it *Iterator) Value() ([]byte, error) {
 	}
 	it.sn.readMu.RLock()
 	defer it.sn.readMu.RUnlock()
-	if it.sn.closed.Load() {
+	if it.sn.closed.Load() || it.sn.s.closed.Load() {
+		it.err = ErrClosed
 		return nil, ErrClosed
 	}
 	v, err := it.sn.s.readValue(it.cur.df, it.cur.off, it.cur.length, it.cur.kind, it.key)
@@ -341,7 +342,19 @@ func (it *Iterator) Value() ([]byte, error) {
 	return v, err
 }
 
-// Err returns the first error the iterator met.
+// usable reports whether the iterator may move: not once its snapshot or
+// the store was closed (it then records ErrClosed). A value that failed to
+// read does not stop Next and Prev: the keys after it are still answered.
+func (it *Iterator) usable() bool {
+	if it.sn.closed.Load() || it.sn.s.closed.Load() {
+		it.err, it.valid = ErrClosed, false
+		return false
+	}
+	return true
+}
+
+// Err returns the first error the iterator met: ErrClosed once the store
+// or the snapshot it reads was closed.
 func (it *Iterator) Err() error { return it.err }
 
 // Close releases the iterator (and its snapshot, if it made one).

@@ -105,12 +105,21 @@ func pickRun(oldestFirst []*sealed, o MergeOptions, full bool) []*sealed {
 // It runs in bounded steps, each one manifest commit, and never blocks
 // writers.
 func (s *Store) Compact(ctx context.Context) error {
+	if err := s.enter(true); err != nil {
+		return err
+	}
+	defer s.ops.leave()
+	ctx, done := s.opContext(ctx)
+	defer done()
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := ctxErr(ctx); err != nil {
 			return err
 		}
 		did, err := s.mergeStep(ctx, true)
 		if err != nil {
+			if cerr := ctxErr(ctx); cerr != nil {
+				return cerr
+			}
 			return err
 		}
 		if !did {
@@ -121,15 +130,21 @@ func (s *Store) Compact(ctx context.Context) error {
 
 // mergeStep merges one run if the policy finds one. It holds no lock that
 // writers or readers need while it copies.
+//
+// A merge changes no key's value, so it needs no sync of the live file
+// first: a crash after its commit yields the same state as before it.
+// Until its commit it changes nothing either, so any failure before the
+// commit (a read or write error, a damaged input) leaves the store as it
+// was, and removes the output.
 func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
-	if err := s.usable(); err != nil {
+	if err := s.failed(); err != nil {
 		return false, err
 	}
 	s.mergeMu.Lock()
 	defer s.mergeMu.Unlock()
 
 	s.mu.RLock()
-	oldestFirst := slices.Clone(s.segs)
+	oldestFirst := slices.Clone(s.mu.segs)
 	s.mu.RUnlock()
 	slices.Reverse(oldestFirst)
 	run := pickRun(oldestFirst, s.mergeOpts, full)
@@ -180,7 +195,7 @@ type mergeCursor struct {
 // (unsynced), and returns the segment, not yet committed. On any error the
 // output file is removed (and would be by the next Open anyway).
 func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones bool) (_ *sealed, err error) {
-	id := s.nextID.Add(1) - 1
+	id := s.mlog.NewID()
 	df := s.newDataFile(id, segment.KindSeg)
 	f, err := s.fs.Create(df.path)
 	if err != nil {

@@ -61,11 +61,11 @@ func (s *Store) Metrics() Metrics {
 		Imported:       s.stats.imports.Load(),
 	}
 	s.mu.RLock()
-	m.Segments = len(s.segs)
-	for _, sg := range s.segs {
+	m.Segments = len(s.mu.segs)
+	for _, sg := range s.mu.segs {
 		m.SegmentBytes += sg.meta.DataLength
 	}
-	m.LiveBytes = s.tail.w.Offset()
+	m.LiveBytes = s.mu.tail.w.Offset()
 	s.mu.RUnlock()
 	return m
 }

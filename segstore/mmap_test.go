@@ -17,7 +17,7 @@ func mappedIDs(s *Store) []uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	var ids []uint64
-	for _, sg := range s.segs {
+	for _, sg := range s.mu.segs {
 		if sg.df.mapped.Load() != nil {
 			ids = append(ids, sg.meta.ID)
 		}
@@ -66,7 +66,7 @@ func TestMappedReads(t *testing.T) {
 				require.NoError(t, err)
 				var dfs []*dataFile
 				s.mu.RLock()
-				for _, sg := range s.segs {
+				for _, sg := range s.mu.segs {
 					dfs = append(dfs, sg.df)
 				}
 				s.mu.RUnlock()
@@ -104,7 +104,7 @@ func TestMappedReadsDetectCorruption(t *testing.T) {
 	s := mustOpen(t, "/db", o)
 	require.NoError(t, s.Put([]byte("key"), []byte("value-value-value")))
 	require.NoError(t, s.Seal())
-	path := s.segs[0].df.path
+	path := s.mu.segs[0].df.path
 	require.NoError(t, s.Close())
 	b, err := mem.ReadFile(path)
 	require.NoError(t, err)

@@ -144,7 +144,7 @@ var (
 	ErrValueTooLarge = errors.New("segkv: value too large")
 	ErrBatchTooLarge = errors.New("segkv: batch too large")
 	ErrInvalidOption = errors.New("segkv: invalid option")
-	ErrInvalidBatch  = errors.New("segkv: batch belongs to another store or was already applied")
+	ErrInvalidBatch  = errors.New("segkv: invalid batch: not made by this store's NewBatch, or already applied")
 	// ErrFailed is returned by every write after a write or fsync failure.
 	// The store stops accepting writes instead of retrying fsync, because a
 	// retried fsync can report success after the kernel dropped the data.

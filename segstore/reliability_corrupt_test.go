@@ -111,11 +111,11 @@ func keyOwners(s *Store, keys []string) map[string]string {
 	defer s.mu.RUnlock()
 	out := map[string]string{}
 	for _, k := range keys {
-		if _, ok := s.tail.lookup([]byte(k)); ok {
-			out[k] = s.tail.path
+		if _, ok := s.mu.tail.lookup([]byte(k)); ok {
+			out[k] = s.mu.tail.path
 			continue
 		}
-		for _, sg := range s.segs {
+		for _, sg := range s.mu.segs {
 			if _, ok := sg.ix.Get([]byte(k)); ok {
 				out[k] = sg.df.path
 				break

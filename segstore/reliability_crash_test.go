@@ -365,9 +365,9 @@ func TestReliabilityCrashSealIntoOlderSpare(t *testing.T) {
 	require.Greater(t, newer, older, "the inline spare must have drawn the higher id")
 	close(hs) // the held spare becomes the ready one
 	require.Eventually(t, func() bool {
-		s.spareMu.Lock()
-		defer s.spareMu.Unlock()
-		return s.spare != nil && s.spare.path == older
+		s.spare.Lock()
+		defer s.spare.Unlock()
+		return s.spare.file != nil && s.spare.file.path == older
 	}, timeout, tick)
 	require.NoError(t, s.Put([]byte("c"), []byte("3")))
 

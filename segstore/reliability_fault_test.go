@@ -134,7 +134,7 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 	nextStream := 0
 	closed := false
 	// failedNow reports whether the store has entered the failed state.
-	failedNow := func() bool { return s.usable() != nil && !s.closed.Load() }
+	failedNow := func() bool { return s.failed() != nil && !s.closed.Load() }
 
 	// settle decides an uncertain operation after a reopen: the store shows
 	// either m or pending.
@@ -314,7 +314,7 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 func rlTailPath(s *Store) string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	return s.tail.path
+	return s.mu.tail.path
 }
 
 func TestReliabilityIOErrors(t *testing.T) {
@@ -401,7 +401,7 @@ func TestReliabilityENOSPC(t *testing.T) {
 				// live file, whose space was reserved.
 				if err := s.Seal(); err != nil {
 					require.True(t, errors.Is(err, syscall.ENOSPC), "limit %d: seal: %v should match ENOSPC", limit, err)
-					if s.usable() != nil {
+					if s.failed() != nil {
 						sawErr = err
 					}
 				}

@@ -1,6 +1,7 @@
 package segstore
 
 import (
+	"errors"
 	"fmt"
 	"path/filepath"
 
@@ -24,7 +25,7 @@ type spareFile struct {
 // makeSpare creates a durable, empty live file with a fresh id. Its three
 // barriers (file sync, directory sync) are paid here, off the seal path.
 func (s *Store) makeSpare() (*spareFile, error) {
-	id := s.nextID.Add(1) - 1
+	id := s.mlog.NewID()
 	p := filepath.Join(s.dir, segment.DataName(id, segment.KindLog))
 	f, err := s.fs.Create(p)
 	if err != nil {
@@ -53,10 +54,10 @@ func (s *Store) makeSpare() (*spareFile, error) {
 // takeSpare returns the ready spare, or makes one on the spot (and counts
 // that, since it puts a directory sync on the seal's path).
 func (s *Store) takeSpare() (*spareFile, error) {
-	s.spareMu.Lock()
-	sp := s.spare
-	s.spare = nil
-	s.spareMu.Unlock()
+	s.spare.Lock()
+	sp := s.spare.file
+	s.spare.file = nil
+	s.spare.Unlock()
 	if s.bg != nil {
 		s.bg.requestSpare()
 	}
@@ -77,21 +78,31 @@ func (s *Store) takeSpare() (*spareFile, error) {
 // commit. The index file is written but never synced: it is a cache whose
 // checksum the manifest records.
 func (s *Store) Seal() error {
-	if err := s.usable(); err != nil {
+	if err := s.enter(true); err != nil {
 		return err
 	}
+	defer s.ops.leave()
 	s.sealMu.Lock()
 	defer s.sealMu.Unlock()
 	return s.sealLocked()
 }
 
+// sealLocked seals the live file; sealMu held.
 func (s *Store) sealLocked() error {
-	if err := s.usable(); err != nil {
+	if err := s.failed(); err != nil {
 		return err
 	}
 	s.mu.RLock()
-	old := s.tail
+	old, frozen := s.mu.tail, s.mu.frozen
 	s.mu.RUnlock()
+	if frozen != nil {
+		// Only a seal that failed the store leaves a frozen file behind; a
+		// seal over it would commit the next file while this one is not
+		// named anywhere, and its keys would vanish.
+		err := fmt.Errorf("segkv: seal found %s still frozen by an earlier seal", frozen.path)
+		s.fail(err)
+		return fmt.Errorf("%w: %w", ErrFailed, err)
+	}
 	old.mu.RLock()
 	empty := old.records == 0
 	old.mu.RUnlock()
@@ -134,27 +145,56 @@ func (s *Store) sealLocked() error {
 		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	s.mu.Lock()
-	s.frozen = old
-	s.tail = next
+	s.mu.frozen = old
+	s.mu.tail = next
 	s.mu.Unlock()
 	s.writeMu.Unlock()
 
 	return s.finishSeal(old, next.id)
 }
 
+// sealReadAttempts is how many times a seal reads its sealed file before a
+// read error fails the store: a read is safe to repeat, and one transient
+// EIO should not stop a service.
+const sealReadAttempts = 3
+
 // finishSeal makes the frozen live file t a sealed segment and names it in
 // the manifest together with the new live file liveID.
+//
+// It runs after the switch, when writers already append to the next live
+// file and that file's link record names t: there is no undoing the switch.
+// So finishSeal either completes, or fails the store (ErrFailed), leaving t
+// frozen and readable until Close; the next Open finishes the seal from the
+// files (the live chain). It never returns an error with the store still
+// accepting writes, which would let a later seal commit over t.
 func (s *Store) finishSeal(t *tail, liveID uint64) error {
+	if err := s.completeSeal(t, liveID); err != nil {
+		s.fail(err)
+		if errors.Is(err, ErrFailed) {
+			return err
+		}
+		return fmt.Errorf("%w: seal of %s: %w", ErrFailed, t.path, err)
+	}
+	return nil
+}
+
+func (s *Store) completeSeal(t *tail, liveID uint64) error {
 	end := t.w.Offset()
 	// Barrier 1, only when the write path left bytes unsynced.
 	if t.w.SyncedOffset() < end {
 		if err := t.w.Sync(); err != nil {
-			s.fail(err)
-			return fmt.Errorf("%w: %w", ErrFailed, err)
+			return err
 		}
 		s.stats.sealDataSyncs.Add(1)
 	}
-	digest, err := segment.Digest(t.file, end)
+	var digest uint64
+	var err error
+	for attempt := 1; attempt <= sealReadAttempts; attempt++ {
+		if digest, err = segment.Digest(t.file, end); err == nil {
+			break
+		}
+		s.log.Warn("segkv: reading the sealed file failed", "path", t.path, "attempt", attempt, "of", sealReadAttempts, "err", err)
+	}
 	if err != nil {
 		return err
 	}
@@ -173,8 +213,8 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 		return err
 	}
 	if err := s.commitSegments([]*sealed{seg}, nil, liveID, func() {
-		if s.frozen == t {
-			s.frozen = nil
+		if s.mu.frozen == t {
+			s.mu.frozen = nil
 		}
 	}); err != nil {
 		return err
@@ -192,39 +232,35 @@ func (s *Store) finishSeal(t *tail, liveID uint64) error {
 }
 
 // commitSegments names added segments (and drops removed ones) in one
-// manifest commit, then installs them for readers. Orders are assigned here,
-// under commitMu, so that newer data always has a higher Order. A non-zero
-// liveID also names the live file. install runs under mu, atomically with the
-// new segment list.
+// manifest commit, then installs them for readers. The manifest log assigns
+// the Order of every added segment whose Order is 0, in commit order, so
+// newer data always has a higher Order; the installed metadata is what the
+// log recorded. A non-zero liveID also names the live file. install runs
+// under mu, atomically with the new segment list. A failed commit fails the
+// store: the log refuses every later commit anyway.
 func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, install func()) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
 	metas := make([]manifestlog.SegmentMeta, len(add))
-	order := s.nextOrder
 	for i, sg := range add {
-		if sg.meta.Order == 0 {
-			sg.meta.Order = order
-			order++
-		}
 		metas[i] = sg.meta
 	}
-	edit := manifestlog.Edit{Add: metas, Remove: remove, NextID: s.nextID.Load(), NextOrder: order}
+	edit := manifestlog.Edit{Add: metas, Remove: remove}
 	if liveID != 0 {
 		edit.SetLive, edit.LiveID = true, liveID
 	}
-	seq, err := s.mlog.Commit(edit)
+	c, err := s.mlog.CommitEdit(edit)
 	if err != nil {
 		s.fail(err)
 		return fmt.Errorf("%w: manifest commit: %w", ErrFailed, err)
 	}
-	s.nextOrder = order
-	for _, sg := range add {
-		sg.meta.AddedSeq = seq
+	for i, sg := range add {
+		sg.meta = c.Add[i]
 	}
 	s.mu.Lock()
-	segs := make([]*sealed, 0, len(s.segs)+len(add))
+	segs := make([]*sealed, 0, len(s.mu.segs)+len(add))
 	var retired []*sealed
-	for _, sg := range s.segs {
+	for _, sg := range s.mu.segs {
 		if containsID(remove, sg.meta.ID) {
 			retired = append(retired, sg)
 		} else {
@@ -233,7 +269,7 @@ func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, in
 	}
 	segs = append(segs, add...)
 	sortSegments(segs)
-	s.segs = segs
+	s.mu.segs = segs
 	for _, sg := range add {
 		sg.df.setSealed(sg.meta.DataLength)
 	}
@@ -269,6 +305,11 @@ type sealTidy struct {
 // data file to the data length. A segment a merge retired meanwhile is left
 // alone: its files are going away.
 func (s *Store) tidy(j sealTidy) {
+	// Under the file's filesMu, so that a merge that retires the segment
+	// meanwhile removes its files after this, not before: an index written
+	// after the removal would be left behind for the next Open.
+	j.df.filesMu.Lock()
+	defer j.df.filesMu.Unlock()
 	if j.df.retired.Load() {
 		return
 	}

@@ -34,13 +34,15 @@ type Snapshot struct {
 
 // NewSnapshot returns a snapshot of the store's current state. Close it.
 func (s *Store) NewSnapshot() (*Snapshot, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	// Under mu: Close releases the store's pins only under the exclusive
+	// lock, after setting closed.
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	sn := &Snapshot{s: s, segs: slices.Clone(s.segs)}
-	for _, t := range [2]*tail{s.tail, s.frozen} {
+	sn := &Snapshot{s: s, segs: slices.Clone(s.mu.segs)}
+	for _, t := range [2]*tail{s.mu.tail, s.mu.frozen} {
 		if t != nil {
 			t.df.pin()
 			sn.tails = append(sn.tails, t)
@@ -52,10 +54,10 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 	// Under the live file's lock no group is being published, so the count
 	// and the sequence agree: every later publication keeps the versions this
 	// snapshot may need.
-	s.tail.mu.RLock()
+	s.mu.tail.mu.RLock()
 	s.snapshots.Add(1)
 	sn.seq = s.writeSeq.Load()
-	s.tail.mu.RUnlock()
+	s.mu.tail.mu.RUnlock()
 	return sn, nil
 }
 

@@ -11,6 +11,7 @@
 package segstore
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -37,63 +38,100 @@ const closeSealBytes = 1 << 20
 const lockName = "LOCK"
 
 // Store is an open segkv store. It is safe for concurrent use.
+//
+// # Lock order
+//
+// A goroutine that holds several of the store's locks took them in this
+// order, and never takes an earlier one while holding a later one:
+//
+//  1. ops (the gate): not a lock held across work, but Close waits on it for
+//     every admitted Seal, Import, Compact, Export, Sync and Check.
+//  2. sealMu, mergeMu, importMu: one seal, one merge step, one import commit
+//     at a time. No operation holds two of them.
+//  3. writeMu: shared by writers for a commit to the live file; exclusive for
+//     a seal's switch of live files, for Close (to wait out admitted commits)
+//     and for Check.
+//  4. commitMu: a manifest commit and the install of its result, so that the
+//     read view changes in manifest order.
+//  5. mu: the read view (live file, frozen file, sealed segments).
+//  6. tail.mu: one live file's key directory.
+//  7. leaves, which take no other store lock while held: spare, the file
+//     cache's lock, a data file's mapMu, the background's tidyMu, a
+//     snapshot's readMu (held around value reads, which take only leaves).
+//
+// Below the store: the live file's wal.Writer lock (taken under writeMu or
+// commitMu, by Sync) and the manifest log's locks (under commitMu), each
+// of which takes no store lock.
 type Store struct {
-	dir  string
-	opts Options
-	fs   vfs.FS
-	log  *slog.Logger
-	lock io.Closer
-	mlog *manifestlog.Log
-
-	files *fileCache
-
-	// writeMu is held shared by writers while they commit to the live file
-	// and exclusively by a seal for the instant it moves writers to the next
-	// live file: that is the only time a seal blocks writers.
-	writeMu sync.RWMutex
-
-	// mu guards the read state: tail, frozen and segs. Readers hold it shared
-	// for the duration of a lookup, so a segment removed from segs under the
-	// exclusive lock is no longer in use by any Get once the lock is released.
-	mu     sync.RWMutex
-	tail   *tail
-	frozen *tail     // a live file being sealed: still readable, no longer written
-	segs   []*sealed // sealed segments, newest (highest Order) first
-
-	sealMu sync.Mutex // one seal at a time
-
-	// commitMu orders the store's manifest commits, so that Orders handed
-	// out under it increase with the manifest sequence.
-	commitMu  sync.Mutex
-	nextOrder uint64
-
-	batchPool sync.Pool // of *batchBuffers, see Batch.recycle
-
-	mergeMu   sync.Mutex // one merge step at a time
-	mergeOpts MergeOptions
-
-	nextID atomic.Uint64 // next data file id to hand out
-
-	spareMu sync.Mutex
-	spare   *spareFile
-
-	// writeSeq numbers published batches; snapshots see those at or below
-	// their own number. snapshots counts open snapshots and iterators.
-	writeSeq  atomic.Uint64
-	snapshots atomic.Int64
-
-	failure atomic.Pointer[error]
-	closed  atomic.Bool
-	bg      *background
+	// Set by Open and never changed; each is safe for concurrent use.
+	dir      string
+	opts     Options
+	fs       vfs.FS
+	log      *slog.Logger
+	lock     io.Closer
+	mlog     *manifestlog.Log // owns the segment metadata, file ids and orders
+	files    *fileCache
+	recovery *recovery.Report
+	mreport  manifestlog.Report
+	stats    counters
+	bg       *background
 
 	// beforeJob, if set (tests only), runs before the background makes a
 	// spare ("spare") or tidies after a seal ("tidy"), so that tests can keep
 	// that work out of the seal they record.
 	beforeJob func(job string)
 
-	stats    counters
-	recovery *recovery.Report
-	mreport  manifestlog.Report
+	batchPool sync.Pool // of *batchBuffers, see Batch.recycle
+
+	// closed is set when Close begins: from then on every call but Close's
+	// own work returns ErrClosed. Writers check it under writeMu, readers of
+	// the read view under mu, so Close's exclusive acquisitions of those
+	// locks are the points after which no admitted call is still running.
+	closed atomic.Bool
+	// closing ends when Close begins, so that merges, imports, compactions
+	// and exports in progress stop at their next check instead of making
+	// Close wait for them.
+	closing     context.Context
+	cancelClose context.CancelFunc
+	ops         opGate
+
+	// failure is the first error that stopped the store accepting writes.
+	failure atomic.Pointer[error]
+
+	sealMu    sync.Mutex // one seal at a time
+	mergeMu   sync.Mutex // one merge step at a time
+	mergeOpts MergeOptions
+	importMu  sync.Mutex // one import's duplicate check and commit at a time
+
+	// writeMu is held shared by writers while they commit to the live file
+	// and exclusively by a seal for the instant it moves writers to the next
+	// live file: that is the only time a seal blocks writers.
+	writeMu sync.RWMutex
+
+	// commitMu makes a manifest commit and the install of its result in the
+	// read view one step, so that the view changes in manifest order.
+	commitMu sync.Mutex
+
+	// mu guards the read view. Readers hold it shared for the duration of a
+	// lookup, so a segment removed from segs under the exclusive lock is no
+	// longer in use by any Get once the lock is released.
+	mu struct {
+		sync.RWMutex
+		tail   *tail
+		frozen *tail     // a live file being sealed: still readable, no longer written
+		segs   []*sealed // sealed segments, newest (highest Order) first
+	}
+
+	// spare is the next live file, made ahead of need by the background.
+	spare struct {
+		sync.Mutex
+		file *spareFile
+	}
+
+	// writeSeq numbers published batches; snapshots see those at or below
+	// their own number. snapshots counts open snapshots and iterators.
+	writeSeq  atomic.Uint64
+	snapshots atomic.Int64
 }
 
 // tail is a live data file and its key directory.
@@ -158,6 +196,7 @@ func open(dir string, opts *Options, beforeJob func(job string)) (*Store, error)
 		return nil, err
 	}
 	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, beforeJob: beforeJob}
+	s.closing, s.cancelClose = context.WithCancel(context.Background())
 	if err := s.fs.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("segkv: create %s: %w", dir, err)
 	}
@@ -171,6 +210,7 @@ func open(dir string, opts *Options, beforeJob func(job string)) (*Store, error)
 	s.lock = lock
 	s.files = newFileCache(s.fs, o.MaxOpenFiles)
 	if err := s.recover(); err != nil {
+		s.cancelClose()
 		s.closeResources()
 		return nil, err
 	}
@@ -212,15 +252,16 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
-	s.nextID.Store(max(state.NextID, res.MaxFileID+1, 1))
-	s.nextOrder = max(state.NextOrder, 1)
+	// A file left by a crash before any commit recorded its id must never
+	// be named again.
+	s.mlog.ReserveIDsBelow(res.MaxFileID + 1)
 
 	for _, rs := range res.Segments {
 		df := s.newDataFile(rs.Meta.ID, rs.Meta.FileKind)
 		df.setSealed(rs.Meta.DataLength)
-		s.segs = append(s.segs, &sealed{meta: rs.Meta, df: df, ix: rs.Index})
+		s.mu.segs = append(s.mu.segs, &sealed{meta: rs.Meta, df: df, ix: rs.Index})
 	}
-	sortSegments(s.segs)
+	sortSegments(s.mu.segs)
 
 	if len(res.Live) == 0 {
 		// A fresh store: make its first live file durable, then name it.
@@ -232,11 +273,11 @@ func (s *Store) recover() error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.mlog.Commit(manifestlog.Edit{SetLive: true, LiveID: t.id, NextID: s.nextID.Load()}); err != nil {
+		if _, err := s.mlog.Commit(manifestlog.Edit{SetLive: true, LiveID: t.id}); err != nil {
 			t.file.Close()
 			return fmt.Errorf("segkv: name first live file: %w", err)
 		}
-		s.tail = t
+		s.mu.tail = t
 		return nil
 	}
 	var chain []*tail
@@ -250,7 +291,7 @@ func (s *Store) recover() error {
 		}
 		chain = append(chain, t)
 	}
-	s.tail = chain[len(chain)-1]
+	s.mu.tail = chain[len(chain)-1]
 	// Continuations exist only after a crash between moving writers to a new
 	// live file and the seal's manifest commit: finish those seals now.
 	for i, t := range chain[:len(chain)-1] {
@@ -371,10 +412,8 @@ func (s *Store) validate(key, value []byte) error {
 	return nil
 }
 
-func (s *Store) usable() error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
+// failed returns ErrFailed with its cause once the store has failed.
+func (s *Store) failed() error {
 	if p := s.failure.Load(); p != nil {
 		return fmt.Errorf("%w: %w", ErrFailed, *p)
 	}
@@ -415,7 +454,10 @@ func (s *Store) Apply(b *Batch) error {
 	if b.err != nil {
 		return b.err
 	}
-	if err := s.usable(); err != nil {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if err := s.failed(); err != nil {
 		return err
 	}
 	if len(b.entries) == 0 {
@@ -428,7 +470,14 @@ func (s *Store) Apply(b *Batch) error {
 		s.stats.writeStalls.Add(1)
 		s.writeMu.RLock()
 	}
-	t := s.tail
+	// Checked again under writeMu: Close takes writeMu exclusively after
+	// setting closed, so a commit either starts before that (and Close
+	// waits for it) or sees closed here.
+	if s.closed.Load() {
+		s.writeMu.RUnlock()
+		return ErrClosed
+	}
+	t := s.mu.tail
 	err := t.w.Commit(req)
 	end := t.w.Offset()
 	s.writeMu.RUnlock()
@@ -452,12 +501,14 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 	if len(key) > s.opts.MaxKeySize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLarge, len(key), s.opts.MaxKeySize)
 	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	// Under mu: Close releases the files only under the exclusive lock,
+	// after setting closed.
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	for _, t := range [2]*tail{s.tail, s.frozen} {
+	for _, t := range [2]*tail{s.mu.tail, s.mu.frozen} {
 		if t == nil {
 			continue
 		}
@@ -468,7 +519,7 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 			return s.readValue(t.df, l.off, l.length, l.kind, key)
 		}
 	}
-	return s.getSealed(s.segs, key)
+	return s.getSealed(s.mu.segs, key)
 }
 
 // getSealed looks key up in sealed segments ordered newest first: the first
@@ -517,14 +568,20 @@ func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key
 
 // Sync makes every write acknowledged so far durable.
 func (s *Store) Sync() error {
-	if err := s.usable(); err != nil {
+	if err := s.enter(true); err != nil {
 		return err
 	}
+	defer s.ops.leave()
+	return s.syncLive()
+}
+
+// syncLive makes every write acknowledged so far durable: the live file and
+// a live file being sealed, which may hold unsynced writes that precede
+// everything in the new one.
+func (s *Store) syncLive() error {
 	s.mu.RLock()
-	t, fr := s.tail, s.frozen
+	t, fr := s.mu.tail, s.mu.frozen
 	s.mu.RUnlock()
-	// A live file being sealed may still hold unsynced writes that precede
-	// everything in the new live file.
 	if fr != nil {
 		if err := fr.w.Sync(); err != nil {
 			s.fail(err)
@@ -536,84 +593,6 @@ func (s *Store) Sync() error {
 		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	return nil
-}
-
-// Close syncs and closes the store. Later calls return ErrClosed.
-func (s *Store) Close() error {
-	if s.closed.Load() {
-		return ErrClosed
-	}
-	// A large live file is sealed so that the next Open loads its index
-	// instead of replaying it; a small one is cheaper to replay than to seal.
-	s.mu.RLock()
-	live := s.tail.w.Offset()
-	s.mu.RUnlock()
-	if live >= closeSealBytes && s.usable() == nil {
-		if err := s.Seal(); err != nil && !errors.Is(err, ErrClosed) {
-			s.log.Warn("segkv: seal on close failed; the next open replays the live file", "err", err)
-		}
-	}
-	if !s.closed.CompareAndSwap(false, true) {
-		return ErrClosed
-	}
-	s.bg.stop()
-	var errs []error
-	if s.failure.Load() == nil {
-		s.mu.RLock()
-		t := s.tail
-		s.mu.RUnlock()
-		// Release the live file's unused preallocation: the next Open scans
-		// the file to its end (it cannot tell zeros from lost data without
-		// looking), and Open preallocates again. No barrier of its own: if a
-		// crash undoes it, the next Open is slower, not wrong.
-		if err := t.file.Truncate(t.w.Offset()); err != nil {
-			s.log.Warn("segkv: releasing the live file's preallocation on close failed", "path", t.path, "err", err)
-		}
-		if err := t.w.Sync(); err != nil {
-			errs = append(errs, fmt.Errorf("segkv: sync on close: %w", err))
-		}
-	}
-	errs = append(errs, s.closeResources())
-	return errors.Join(errs...)
-}
-
-func (s *Store) closeResources() error {
-	var errs []error
-	s.mu.Lock()
-	for _, t := range [2]*tail{s.tail, s.frozen} {
-		if t != nil && t.file != nil {
-			errs = append(errs, t.file.Close())
-		}
-	}
-	// Drop the store's pin on every sealed file: a mapping goes now, or
-	// when the last snapshot or iterator still reading it is closed.
-	// (A read after Close that still reaches one, through Verify for
-	// instance, finds no mapping and uses pread.)
-	for _, sg := range s.segs {
-		sg.df.unpin()
-	}
-	s.mu.Unlock()
-	s.spareMu.Lock()
-	if s.spare != nil {
-		// An unused spare is only preallocated space: give it back now
-		// rather than leave it for the next Open to find and remove.
-		errs = append(errs, s.spare.f.Close())
-		if err := s.fs.Remove(s.spare.path); err != nil {
-			s.log.Debug("segkv: removing the unused spare failed; the next open removes it", "path", s.spare.path, "err", err)
-		}
-		s.spare = nil
-	}
-	s.spareMu.Unlock()
-	if s.files != nil {
-		errs = append(errs, s.files.close())
-	}
-	if s.mlog != nil {
-		errs = append(errs, s.mlog.Close())
-	}
-	if s.lock != nil {
-		errs = append(errs, s.lock.Close())
-	}
-	return errors.Join(errs...)
 }
 
 // RecoveryReport returns what Open repaired.

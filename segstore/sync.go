@@ -44,9 +44,9 @@ func infoOf(m manifestlog.SegmentMeta) SegmentInfo {
 func (s *Store) Segments() []SegmentInfo {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	out := make([]SegmentInfo, len(s.segs))
-	for i, sg := range s.segs {
-		out[len(s.segs)-1-i] = infoOf(sg.meta)
+	out := make([]SegmentInfo, len(s.mu.segs))
+	for i, sg := range s.mu.segs {
+		out[len(s.mu.segs)-1-i] = infoOf(sg.meta)
 	}
 	return out
 }
@@ -58,15 +58,18 @@ var ErrNoSegment = errors.New("segkv: no such sealed segment")
 // importer rebuilds the index itself. The segment stays on disk until the
 // export is done, whatever merges do meanwhile.
 func (s *Store) Export(ctx context.Context, id uint64, w io.Writer) (int64, error) {
-	if s.closed.Load() {
-		return 0, ErrClosed
+	if ctx == nil || w == nil {
+		return 0, fmt.Errorf("%w: nil context or writer", ErrInvalidOption)
 	}
-	if w == nil {
-		return 0, fmt.Errorf("%w: nil writer", ErrInvalidOption)
+	if err := s.enter(false); err != nil {
+		return 0, err
 	}
+	defer s.ops.leave()
+	ctx, done := s.opContext(ctx)
+	defer done()
 	s.mu.RLock()
 	var sg *sealed
-	for _, c := range s.segs {
+	for _, c := range s.mu.segs {
 		if c.meta.ID == id {
 			sg = c
 			break
@@ -89,7 +92,7 @@ func (s *Store) Export(ctx context.Context, id uint64, w io.Writer) (int64, erro
 	buf := make([]byte, 1<<20)
 	digest := xxhash.New()
 	for n < sg.meta.DataLength {
-		if err := ctx.Err(); err != nil {
+		if err := ctxErr(ctx); err != nil {
 			return n, err
 		}
 		chunk := buf[:min(int64(len(buf)), sg.meta.DataLength-n)]
@@ -135,23 +138,27 @@ func (e *ImportError) Unwrap() error { return e.Err }
 // segments are newer than every sealed segment, older than the live file.
 // The returned infos describe the segments added, in stream order.
 func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInfo, error) {
-	if err := s.usable(); err != nil {
+	if ctx == nil {
+		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if err := s.enter(true); err != nil {
 		return nil, err
 	}
-	have := map[uint64]bool{}
-	s.mu.RLock()
-	for _, sg := range s.segs {
-		have[sg.meta.DataDigest] = true
-	}
-	s.mu.RUnlock()
+	defer s.ops.leave()
+	ctx, done := s.opContext(ctx)
+	defer done()
 
 	var written []*sealed
+	removeFiles := func(sg *sealed) {
+		s.fs.Remove(sg.df.path)
+		s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+	}
 	cleanup := func() {
 		for _, sg := range written {
-			s.fs.Remove(sg.df.path)
-			s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+			removeFiles(sg)
 		}
 	}
+	batch := map[uint64]bool{} // digests seen earlier in this batch
 	for i, r := range segments {
 		if r == nil {
 			cleanup()
@@ -160,6 +167,9 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 		sg, err := s.importOne(ctx, r)
 		if err != nil {
 			cleanup()
+			if cerr := ctxErr(ctx); cerr != nil {
+				err = cerr
+			}
 			var ce *corruption.Error
 			off := int64(-1)
 			if errors.As(err, &ce) {
@@ -167,18 +177,37 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 			}
 			return nil, &ImportError{Stream: i, Offset: off, Err: err}
 		}
-		if have[sg.meta.DataDigest] {
-			s.fs.Remove(sg.df.path)
-			s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+		if batch[sg.meta.DataDigest] {
+			removeFiles(sg)
 			continue
 		}
-		have[sg.meta.DataDigest] = true
+		batch[sg.meta.DataDigest] = true
 		written = append(written, sg)
 	}
-	if err := ctx.Err(); err != nil {
+	if err := ctxErr(ctx); err != nil {
 		cleanup()
 		return nil, err
 	}
+
+	// The duplicate check and the commit are one step under importMu: two
+	// imports of the same stream at once adopt it once.
+	s.importMu.Lock()
+	defer s.importMu.Unlock()
+	s.mu.RLock()
+	have := make(map[uint64]bool, len(s.mu.segs))
+	for _, sg := range s.mu.segs {
+		have[sg.meta.DataDigest] = true
+	}
+	s.mu.RUnlock()
+	fresh := written[:0]
+	for _, sg := range written {
+		if have[sg.meta.DataDigest] {
+			removeFiles(sg)
+			continue
+		}
+		fresh = append(fresh, sg)
+	}
+	written = fresh
 	if len(written) == 0 {
 		return []SegmentInfo{}, nil
 	}
@@ -187,6 +216,16 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		cleanup()
 		return nil, fmt.Errorf("segkv: import: sync directory: %w", err)
+	}
+	// Imported segments are older than the live file, so a write in the live
+	// file shadows them. A write acknowledged before this import but not yet
+	// durable (SyncManual, SyncInterval) must become durable before the
+	// import does: otherwise a crash could keep the import and lose the write,
+	// and a key it shadowed would come back with the imported value, a state
+	// history never had. Under SyncAlways this costs nothing.
+	if err := s.syncLive(); err != nil {
+		cleanup()
+		return nil, err
 	}
 	if err := s.commitSegments(written, nil, 0, nil); err != nil {
 		return nil, err
@@ -203,7 +242,7 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 // importOne copies one stream into a new ".seg" file, validating every frame
 // and record, syncs the file, and writes its locally built index.
 func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err error) {
-	id := s.nextID.Add(1) - 1
+	id := s.mlog.NewID()
 	df := s.newDataFile(id, segment.KindSeg)
 	name := df.path
 	f, err := s.fs.Create(df.path)
@@ -233,7 +272,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	maxPayload := maxBatchPayload + wal.HeaderSize
 	sr := wal.NewStreamReader(r, name, segment.HeaderSize, maxPayload)
 	for {
-		if err := ctx.Err(); err != nil {
+		if err := ctxErr(ctx); err != nil {
 			return nil, err
 		}
 		frame, payload, err := sr.Next()
@@ -306,8 +345,8 @@ func (s *Store) ChangesSince(seq uint64) Changes {
 	}
 	out := Changes{Seq: cur, Removed: removed, Complete: true}
 	s.mu.RLock()
-	present := make(map[uint64]manifestlog.SegmentMeta, len(s.segs))
-	for _, sg := range s.segs {
+	present := make(map[uint64]manifestlog.SegmentMeta, len(s.mu.segs))
+	for _, sg := range s.mu.segs {
 		present[sg.meta.ID] = sg.meta
 	}
 	s.mu.RUnlock()

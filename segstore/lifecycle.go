@@ -1,0 +1,184 @@
+package segstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// opGate admits the store's public operations other than writes (Seal,
+// Import, Compact, Export, Sync, Check) until Close, and lets Close wait for
+// every operation it admitted. Writes are gated by writeMu instead, which
+// they hold anyway: a gate of their own would put a shared lock on the
+// write path.
+type opGate struct {
+	mu     sync.Mutex
+	closed bool
+	active sync.WaitGroup
+}
+
+// enter admits one operation, or returns ErrClosed once Close has begun.
+// An admitted operation calls leave when it is done.
+func (g *opGate) enter() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return ErrClosed
+	}
+	g.active.Add(1)
+	return nil
+}
+
+func (g *opGate) leave() { g.active.Done() }
+
+// closeAndWait admits nothing more and waits for the admitted operations.
+// (Add happens under mu before closed is set, so Wait sees every Add.)
+func (g *opGate) closeAndWait() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
+	g.active.Wait()
+}
+
+// enter admits a public operation: ErrClosed once Close has begun, ErrFailed
+// (with its cause) when the store failed and the operation writes.
+func (s *Store) enter(writes bool) error {
+	if err := s.ops.enter(); err != nil {
+		return err
+	}
+	if writes {
+		if err := s.failed(); err != nil {
+			s.ops.leave()
+			return err
+		}
+	}
+	return nil
+}
+
+// opContext returns ctx, also cancelled (with cause ErrClosed) when Close
+// begins, so that a long operation does not hold Close hostage.
+func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(s.closing, func() { cancel(ErrClosed) })
+	return ctx, func() {
+		stop()
+		cancel(nil)
+	}
+}
+
+// ctxErr is ctx's error, or ErrClosed if Close cancelled it.
+func ctxErr(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	if cause := context.Cause(ctx); errors.Is(cause, ErrClosed) {
+		return ErrClosed
+	}
+	return ctx.Err()
+}
+
+// Close stops the store and releases its files. Later calls return
+// ErrClosed, as does every call made after Close began.
+//
+// Close first stops admitting work, then waits for what it admitted: every
+// write already inside Apply finishes (acknowledged or failed), every Seal,
+// Import, Compact, Export, Sync or Check finishes (long ones are cancelled
+// and return ErrClosed), and the background stops. Only then does it seal a
+// large live file, release the live file's preallocation, sync and close.
+// So every write acknowledged before or during Close is durable when Close
+// returns nil, and a store closed cleanly always opens again.
+func (s *Store) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return ErrClosed
+	}
+	s.cancelClose()
+	// Writers re-check closed under writeMu: once this exclusive section is
+	// reached, every commit admitted before it has returned, and none can
+	// start after it.
+	s.writeMu.Lock()
+	//lint:ignore SA2001 an empty critical section: waiting out the holders is the point
+	s.writeMu.Unlock()
+	s.bg.stop()
+	s.ops.closeAndWait()
+
+	var errs []error
+	if s.failed() == nil {
+		errs = append(errs, s.closeLive())
+	}
+	errs = append(errs, s.closeResources())
+	return errors.Join(errs...)
+}
+
+// closeLive is Close's last work on the live file, with nothing else
+// running: a large live file is sealed, so that the next Open loads its
+// index instead of replaying it (a small one is cheaper to replay than to
+// seal); the seal's index is written; the live file's unused preallocation is
+// released and its data synced.
+func (s *Store) closeLive() error {
+	s.mu.RLock()
+	live := s.mu.tail.w.Offset()
+	s.mu.RUnlock()
+	if live >= closeSealBytes {
+		s.sealMu.Lock()
+		err := s.sealLocked()
+		s.sealMu.Unlock()
+		if err != nil {
+			s.log.Warn("segkv: seal on close failed; the next open replays the live file", "err", err)
+		}
+	}
+	s.bg.runTidy()
+	if err := s.failed(); err != nil {
+		return nil // the seal failed the store: leave the rest to the next Open
+	}
+	t := s.mu.tail
+	// Release the live file's unused preallocation: the next Open scans
+	// the file to its end (it cannot tell zeros from lost data without
+	// looking), and Open preallocates again. No barrier of its own: if a
+	// crash undoes it, the next Open is slower, not wrong.
+	if err := t.file.Truncate(t.w.Offset()); err != nil {
+		s.log.Warn("segkv: releasing the live file's preallocation on close failed", "path", t.path, "err", err)
+	}
+	if err := t.w.Sync(); err != nil {
+		s.fail(err)
+		return fmt.Errorf("segkv: sync on close: %w", err)
+	}
+	return nil
+}
+
+func (s *Store) closeResources() error {
+	var errs []error
+	s.mu.Lock()
+	for _, t := range [2]*tail{s.mu.tail, s.mu.frozen} {
+		if t != nil && t.file != nil {
+			errs = append(errs, t.file.Close())
+		}
+	}
+	// Drop the store's pin on every sealed file: a mapping goes now, or
+	// when the last snapshot or iterator still reading it is closed.
+	for _, sg := range s.mu.segs {
+		sg.df.unpin()
+	}
+	s.mu.Unlock()
+	s.spare.Lock()
+	if sp := s.spare.file; sp != nil {
+		// An unused spare is only preallocated space: give it back now
+		// rather than leave it for the next Open to find and remove.
+		errs = append(errs, sp.f.Close())
+		if err := s.fs.Remove(sp.path); err != nil {
+			s.log.Debug("segkv: removing the unused spare failed; the next open removes it", "path", sp.path, "err", err)
+		}
+		s.spare.file = nil
+	}
+	s.spare.Unlock()
+	if s.files != nil {
+		errs = append(errs, s.files.close())
+	}
+	if s.mlog != nil {
+		errs = append(errs, s.mlog.Close())
+	}
+	if s.lock != nil {
+		errs = append(errs, s.lock.Close())
+	}
+	return errors.Join(errs...)
+}
