@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -34,20 +35,24 @@ import (
 
 // faultArm is one armed fault and what it hit.
 type faultArm struct {
-	mu    sync.Mutex
-	seen  int
-	n     int
-	hits  []string // paths of the operations that failed
-	fired bool
+	mu     sync.Mutex
+	paused bool // the test's own checks are reading: not the workload
+	seen   int
+	n      int
+	hits   []string // paths of the operations that failed
+	fired  bool
 }
 
 // fault returns the vfs.Fault that fails the n-th matching operation (and,
 // if persistent, every later one), recording the paths it fails. The Nth
 // logic lives here, in Match, so that the failing paths are known.
-func (a *faultArm) fault(o vfs.Op, persistent bool) vfs.Fault {
-	return vfs.Fault{Op: o, Nth: 1, Persistent: true, Match: func(p string) bool {
+func (a *faultArm) fault(o vfs.Op, persistent, short bool) vfs.Fault {
+	return vfs.Fault{Op: o, Nth: 1, Persistent: true, Short: short, Match: func(p string) bool {
 		a.mu.Lock()
 		defer a.mu.Unlock()
+		if a.paused {
+			return false
+		}
 		a.seen++
 		if a.seen == a.n || (persistent && a.seen > a.n) {
 			a.hits = append(a.hits, p)
@@ -56,6 +61,21 @@ func (a *faultArm) fault(o vfs.Op, persistent bool) vfs.Fault {
 		}
 		return false
 	}}
+}
+
+// checking runs fn, the test's own comparison with the model, with the
+// fault paused: a read fault is meant for the store's reads, and the
+// oracle must see what the store holds.
+func (a *faultArm) checking(fn func() error) error {
+	a.mu.Lock()
+	a.paused = true
+	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.paused = false
+		a.mu.Unlock()
+	}()
+	return fn()
 }
 
 func (a *faultArm) hitCount() int {
@@ -101,16 +121,26 @@ func faultPeerStreams(t *testing.T, n int) ([][]byte, []model) {
 	return streams, deltas
 }
 
+// faultVariant is how an armed fault fails: once or from then on, with the
+// Linux fsync behaviour (syncs), or as a short read (reads).
+type faultVariant struct{ persistent, linux, short bool }
+
+func (v faultVariant) String() string {
+	return fmt.Sprintf("persistent=%v linux=%v short=%v", v.persistent, v.linux, v.short)
+}
+
 // faultOutcome is what a fault trial saw.
 type faultOutcome struct {
 	injected int64
 	failed   bool // the store entered the failed state
 	checks   int  // reopen checks passed
+	opsSeen  int  // operations of the armed kind the workload performed (checks excluded)
 }
 
 // runFaultTrial runs the workload with arm's fault (nil: none) and checks it.
 // It returns the outcome and the first violation found.
-func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n int, persistent, linux bool) (faultOutcome, *vfs.Faulty, error) {
+func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n int, v faultVariant) (faultOutcome, *vfs.Faulty, error) {
+	persistent, linux := v.persistent, v.linux
 	var out faultOutcome
 	const keySpace = 40
 	keys := append(keyNames(keySpace), "imp-00", "imp-01", "imp-02", "imp-03", "probe")
@@ -124,7 +154,7 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 	}
 	arm := &faultArm{n: n}
 	if n > 0 {
-		if err := fty.Inject(arm.fault(o, persistent)); err != nil {
+		if err := fty.Inject(arm.fault(o, persistent, v.short)); err != nil {
 			return out, fty, err
 		}
 	}
@@ -133,12 +163,16 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 	var pending model // the operation in flight when the store failed
 	nextStream := 0
 	closed := false
+	var settleModel func(st *Store, what string) error
 	// failedNow reports whether the store has entered the failed state.
 	failedNow := func() bool { return s.failed() != nil && !s.closed.Load() }
 
 	// settle decides an uncertain operation after a reopen: the store shows
 	// either m or pending.
 	settle := func(st *Store, what string) error {
+		return arm.checking(func() error { return settleModel(st, what) })
+	}
+	settleModel = func(st *Store, what string) error {
 		if pending != nil && fullDiff(st, pending, keys) == nil {
 			m, pending = pending, nil
 			return nil
@@ -152,10 +186,12 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 	// readsOK checks reads after a failure: acknowledged history (or that
 	// plus the failed operation) still reads back.
 	readsOK := func() error {
-		if pending != nil && fullDiff(s, pending, keys) == nil {
-			return nil
-		}
-		return fullDiff(s, m, keys)
+		return arm.checking(func() error {
+			if pending != nil && fullDiff(s, pending, keys) == nil {
+				return nil
+			}
+			return fullDiff(s, m, keys)
+		})
 	}
 
 	for step := 0; step < 70; step++ {
@@ -230,7 +266,12 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 			pending = next // failed the store: may or may not be durable
 		case err != nil && isWrite:
 			// Refused or failed without failing the store: no effect.
-			if e := fullDiff(s, m, keys); e != nil && (pending == nil || fullDiff(s, pending, keys) != nil) {
+			if e := arm.checking(func() error {
+				if e := fullDiff(s, m, keys); e != nil && (pending == nil || fullDiff(s, pending, keys) != nil) {
+					return e
+				}
+				return nil
+			}); e != nil {
 				return out, fty, fmt.Errorf("step %d: a failed write (%v) had an effect: %w", step, err, e)
 			}
 		}
@@ -274,6 +315,9 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 		}
 	}
 	out.injected = fty.Stats().Total()
+	arm.mu.Lock()
+	out.opsSeen = arm.seen
+	arm.mu.Unlock()
 	pend0 := pending
 	check := func(fsys *vfs.Mem, what string) error {
 		m0 := m
@@ -320,38 +364,45 @@ func rlTailPath(s *Store) string {
 func TestReliabilityIOErrors(t *testing.T) {
 	streams, deltas := faultPeerStreams(t, 4)
 	// A fault-free run counts the operations of each kind.
-	base, fty, err := runFaultTrial(t, streams, deltas, vfs.OpWrite, 0, false, false)
+	base, fty, err := runFaultTrial(t, streams, deltas, vfs.OpWrite, 0, faultVariant{})
 	require.NoError(t, err)
 	require.False(t, base.failed)
 	seen := fty.Stats().Seen
-	kinds := []vfs.Op{vfs.OpFileSync, vfs.OpDirSync, vfs.OpWrite, vfs.OpRename, vfs.OpRemove, vfs.OpCreate, vfs.OpTruncate, vfs.OpPreallocate}
+	kinds := []vfs.Op{vfs.OpFileSync, vfs.OpDirSync, vfs.OpWrite, vfs.OpRename, vfs.OpRemove, vfs.OpCreate, vfs.OpTruncate, vfs.OpPreallocate, vfs.OpRead, vfs.OpOpen}
 	const maxPerVariant = 24
 	var trials, failedStores, checks int
 	var injected, dropped int64
 	byKind := map[string]int64{}
 	wrong := 0
 	for _, o := range kinds {
-		total := int(seen[o])
-		variants := []struct{ persistent, linux bool }{{false, false}, {true, false}}
-		if o == vfs.OpFileSync {
-			variants = append(variants, struct{ persistent, linux bool }{false, true}, struct{ persistent, linux bool }{true, true})
+		// Count the workload's own operations of this kind (the model
+		// checks' reads excluded) with a fault that never fires.
+		count, _, err := runFaultTrial(t, streams, deltas, o, math.MaxInt, faultVariant{})
+		require.NoError(t, err)
+		total := count.opsSeen
+		variants := []faultVariant{{}, {persistent: true}}
+		switch o {
+		case vfs.OpFileSync:
+			variants = append(variants, faultVariant{linux: true}, faultVariant{persistent: true, linux: true})
+		case vfs.OpRead:
+			variants = append(variants, faultVariant{short: true}, faultVariant{persistent: true, short: true})
 		}
 		for _, v := range variants {
 			stride := max(1, (total+maxPerVariant-1)/maxPerVariant)
 			for n := 1; n <= total; n += stride {
-				out, fty, err := runFaultTrial(t, streams, deltas, o, n, v.persistent, v.linux)
+				out, fty, err := runFaultTrial(t, streams, deltas, o, n, v)
 				trials++
 				injected += out.injected
 				dropped += fty.Stats().Dropped
 				checks += out.checks
-				byKind[fmt.Sprintf("%v persistent=%v linux=%v", o, v.persistent, v.linux)] += out.injected
+				byKind[fmt.Sprintf("%v %v", o, v)] += out.injected
 				if out.failed {
 					failedStores++
 				}
 				if err != nil {
 					wrong++
 					if wrong <= 10 {
-						t.Errorf("fault %v #%d persistent=%v linux=%v (stats %+v): %v", o, n, v.persistent, v.linux, fty.Stats(), err)
+						t.Errorf("fault %v #%d %v (stats %+v): %v", o, n, v, fty.Stats(), err)
 					}
 				}
 			}
@@ -367,7 +418,7 @@ func TestReliabilityIOErrors(t *testing.T) {
 
 func fmtOps(m map[vfs.Op]int64) string {
 	var parts []string
-	for o := vfs.Op(0); o < vfs.OpPreallocate+1; o++ {
+	for o := vfs.Op(0); o <= vfs.OpOpen; o++ {
 		if o == vfs.OpAnySync {
 			continue
 		}
