@@ -553,3 +553,39 @@ func TestGroupCommitSharesSync(t *testing.T) {
 	require.Equal(t, uint64(8), l.Seq())
 	require.Len(t, l.State().Segments, 8)
 }
+
+// TestLogOwnsIDsAndOrders: ids come from the log, never twice, across a
+// reopen too, including ids reserved but never committed; orders are
+// assigned at commit, in sequence order, and kept when given.
+func TestLogOwnsIDsAndOrders(t *testing.T) {
+	mem := vfs.NewMem()
+	l, _, _ := openLog(t, mem, Options{})
+	a, b := l.NewID(), l.NewID()
+	require.Equal(t, a+1, b)
+	c1, err := l.CommitEdit(Edit{Add: []SegmentMeta{{ID: a, DataLength: 1}, {ID: b, DataLength: 1}}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), c1.Add[0].Order)
+	require.Equal(t, uint64(2), c1.Add[1].Order)
+	require.Equal(t, c1.Seq, c1.Add[0].AddedSeq)
+	c := l.NewID()
+	// A merge output keeps the order it was given.
+	c2, err := l.CommitEdit(Edit{Add: []SegmentMeta{{ID: c, DataLength: 1, Order: 2}}, Remove: []uint64{a, b}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), c2.Add[0].Order)
+	reserved := l.NewID() // never committed
+	require.NoError(t, l.Close())
+
+	l2, st, _ := openLog(t, mem, Options{})
+	defer l2.Close()
+	// The last commit recorded the counter past c, not past reserved: a
+	// store seeds the rest from the files it finds (ReserveIDsBelow).
+	require.Greater(t, st.NextID, c)
+	l2.ReserveIDsBelow(reserved + 1)
+	require.Greater(t, l2.NewID(), reserved)
+	l2.ReserveIDsBelow(1) // never lowers
+	next := l2.NewID()
+	require.Greater(t, next, reserved+1)
+	c3, err := l2.CommitEdit(Edit{Add: []SegmentMeta{{ID: next, DataLength: 1}}})
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), c3.Add[0].Order, "orders continue from the durable counter")
+}

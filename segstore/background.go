@@ -127,13 +127,13 @@ func (b *background) run() {
 		case <-b.quit:
 			return
 		case <-b.tidy:
-			if b.s.beforeJob != nil {
-				b.s.beforeJob("tidy")
+			if b.s.hooks.beforeJob != nil {
+				b.s.hooks.beforeJob("tidy")
 			}
 			b.runTidy()
 		case <-b.spare:
-			if b.s.beforeJob != nil {
-				b.s.beforeJob("spare")
+			if b.s.hooks.beforeJob != nil {
+				b.s.hooks.beforeJob("spare")
 			}
 			b.s.ensureSpare()
 		case <-b.seal:

@@ -18,6 +18,11 @@ import (
 // writes nothing: the caller decides when the index file is written (it is
 // never synced) and commits the entry. Order 0 means "assign at commit".
 func (s *Store) buildSegment(df *dataFile, length int64, digest uint64, entries []index.Entry, records uint64, order uint64) (*sealed, []byte, error) {
+	if s.hooks.beforeBuild != nil {
+		if err := s.hooks.beforeBuild(df.path); err != nil {
+			return nil, nil, fmt.Errorf("segkv: build index of %s: %w", df.path, err)
+		}
+	}
 	ident := index.Identity{DataLength: length, DataDigest: digest}
 	ixData, ixSum, err := index.Encode(entries, ident)
 	if err != nil {

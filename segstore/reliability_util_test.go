@@ -43,7 +43,7 @@ func (g *gatedStore) closeAll() error {
 // openGated opens dir with the background held (see gatedStore).
 func openGated(dir string, o *Options) (*gatedStore, error) {
 	gate := make(chan struct{})
-	s, err := open(dir, o, func(string) { <-gate })
+	s, err := open(dir, o, testHooks{beforeJob: func(string) { <-gate }})
 	if err != nil {
 		return nil, err
 	}

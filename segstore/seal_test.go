@@ -80,7 +80,7 @@ func TestSealGolden(t *testing.T) {
 			cfs := vfs.NewCounting(vfs.NewMem())
 			cfs.SetLogBase("/db")
 			gate := newJobGate()
-			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10}, gate.wait)
+			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10}, testHooks{beforeJob: gate.wait})
 			require.NoError(t, err)
 			waitSpare(t, s, 1)
 			require.NoError(t, s.Put([]byte("key"), []byte("value")))
@@ -145,7 +145,7 @@ func TestSealBarrierBudget(t *testing.T) {
 			// Background work waits for the test, so that its barriers (which
 			// are off the seal's path) do not land inside the measurement.
 			gate := newJobGate()
-			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}, gate.wait)
+			s, err := open("/db", &Options{FS: cfs, Sync: mode, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}, testHooks{beforeJob: gate.wait})
 			require.NoError(t, err)
 			defer gate.open()
 			for i := 0; i < 50; i++ {

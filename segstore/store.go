@@ -76,10 +76,7 @@ type Store struct {
 	stats    counters
 	bg       *background
 
-	// beforeJob, if set (tests only), runs before the background makes a
-	// spare ("spare") or tidies after a seal ("tidy"), so that tests can keep
-	// that work out of the seal they record.
-	beforeJob func(job string)
+	hooks testHooks // zero outside tests
 
 	batchPool sync.Pool // of *batchBuffers, see Batch.recycle
 
@@ -180,10 +177,21 @@ type sealed struct {
 
 // Open opens (creating if needed) the store in dir. opts may be nil.
 func Open(dir string, opts *Options) (*Store, error) {
-	return open(dir, opts, nil)
+	return open(dir, opts, testHooks{})
 }
 
-func open(dir string, opts *Options, beforeJob func(job string)) (*Store, error) {
+// testHooks let tests reach into the store's work; all are nil outside tests.
+type testHooks struct {
+	// beforeJob runs before the background makes a spare ("spare") or
+	// tidies after a seal ("tidy"), so that tests can keep that work out
+	// of the seal they record.
+	beforeJob func(job string)
+	// beforeBuild runs before a segment's index is built (seal, merge,
+	// import) with the data file's path; an error fails the build.
+	beforeBuild func(path string) error
+}
+
+func open(dir string, opts *Options, hooks testHooks) (*Store, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -195,7 +203,7 @@ func open(dir string, opts *Options, beforeJob func(job string)) (*Store, error)
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, beforeJob: beforeJob}
+	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, hooks: hooks}
 	s.closing, s.cancelClose = context.WithCancel(context.Background())
 	if err := s.fs.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("segkv: create %s: %w", dir, err)
