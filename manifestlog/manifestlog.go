@@ -161,6 +161,12 @@ type Stats struct {
 	Rotations            uint64
 	RotationFailures     uint64
 	CopiedForward        uint64 // edits committed during a rotation and copied into the new generation
+	// Rotating is true while a background rotation is scheduled or
+	// running. Each rotation makes at most one directory sync (for its new
+	// generation), so a caller that counts barriers can tell its own from
+	// the log's: wait until Rotating is false, then subtract Rotations and
+	// RotationFailures.
+	Rotating bool
 }
 
 // ErrClosed is returned by Commit after Close.
@@ -369,6 +375,7 @@ func (l *Log) Stats() Stats {
 	s.Generation = l.gen
 	s.BytesSinceCheckpoint = l.end - l.ckptEnd
 	s.CheckpointBytes = l.ckptEnd
+	s.Rotating = l.bgRunning
 	return s
 }
 
