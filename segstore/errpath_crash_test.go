@@ -184,4 +184,3 @@ func runFailedOpCrash(t *testing.T, op, failName string, arm func(*vfs.Faulty, *
 type errReader struct{ err error }
 
 func (r errReader) Read([]byte) (int, error) { return 0, r.err }
-

@@ -11,8 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
 
