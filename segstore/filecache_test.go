@@ -38,3 +38,35 @@ func TestOpenFilesBounded(t *testing.T) {
 	require.LessOrEqual(t, s.Metrics().OpenFiles, 4)
 	checkAndClose(t, s)
 }
+
+// TestFileCacheClose: after close the cache opens nothing more, and a
+// handle still in use when it closed is closed by its last release, not
+// under the reader.
+func TestFileCacheClose(t *testing.T) {
+	mem := vfs.NewMem()
+	require.NoError(t, mem.MkdirAll("/d"))
+	require.NoError(t, mem.WriteFile("/d/a", []byte("abc")))
+	require.NoError(t, mem.WriteFile("/d/b", []byte("xyz")))
+	c := newFileCache(mem, 8)
+	busy, err := c.acquire(1, "/d/a")
+	require.NoError(t, err)
+	idle, err := c.acquire(2, "/d/b")
+	require.NoError(t, err)
+	c.release(idle)
+
+	require.NoError(t, c.close())
+	_, err = c.acquire(2, "/d/b")
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = c.acquire(3, "/d/a")
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = idle.f.ReadAt(make([]byte, 1), 0)
+	require.Error(t, err, "an idle handle is closed by close")
+
+	buf := make([]byte, 3)
+	_, err = busy.f.ReadAt(buf, 0)
+	require.NoError(t, err, "a handle in use stays open until its release")
+	require.Equal(t, "abc", string(buf))
+	c.release(busy)
+	_, err = busy.f.ReadAt(buf, 0)
+	require.Error(t, err, "the last release closes it")
+}
