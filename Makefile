@@ -34,7 +34,7 @@ crash:
 
 # Kill -9 torture on the real disk, hundreds of cycles.
 torture:
-	SEGKV_TORTURE_CYCLES=300 $(GO) test -timeout 60m -run 'Torture' ./segstore/
+	SEGKV_TORTURE_CYCLES=500 $(GO) test -timeout 60m -run 'Torture' ./segstore/
 
 # Every fuzz target, FUZZTIME each.
 fuzz:
