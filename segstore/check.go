@@ -123,7 +123,19 @@ type VerifyReport struct {
 // segment is listed with its file and offset, and the others are still
 // checked. Reads and writes continue meanwhile; segments merged away during
 // the scrub stay readable until it is done.
+//
+// Close cancels a Verify in progress: it returns ErrClosed after the
+// segment it is reading, and Close waits for that.
 func (s *Store) Verify(ctx context.Context) (VerifyReport, error) {
+	if ctx == nil {
+		return VerifyReport{}, fmt.Errorf("%w: nil context", ErrInvalidOption)
+	}
+	if err := s.enter(false); err != nil {
+		return VerifyReport{}, err
+	}
+	defer s.ops.leave()
+	ctx, done := s.opContext(ctx)
+	defer done()
 	sn, err := s.NewSnapshot()
 	if err != nil {
 		return VerifyReport{}, err
@@ -131,7 +143,7 @@ func (s *Store) Verify(ctx context.Context) (VerifyReport, error) {
 	defer sn.Close()
 	var rep VerifyReport
 	for _, sg := range sn.segs {
-		if err := ctx.Err(); err != nil {
+		if err := ctxErr(ctx); err != nil {
 			return rep, err
 		}
 		rep.Segments++

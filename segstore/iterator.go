@@ -258,7 +258,7 @@ func (it *Iterator) seekBefore(key []byte) bool {
 
 // Next moves to the next key. It returns false at the end.
 func (it *Iterator) Next() bool {
-	if !it.valid || !it.usable() {
+	if !it.usable() || !it.valid {
 		return false
 	}
 	if it.h.reverse {
@@ -271,7 +271,7 @@ func (it *Iterator) Next() bool {
 
 // Prev moves to the previous key. It returns false at the start.
 func (it *Iterator) Prev() bool {
-	if !it.valid || !it.usable() {
+	if !it.usable() || !it.valid {
 		return false
 	}
 	if !it.h.reverse {

@@ -277,6 +277,10 @@ func (s *Store) recover() error {
 		if err != nil {
 			return err
 		}
+		// openTail opens the file for itself; the spare's handle is done.
+		if err := sp.f.Close(); err != nil {
+			return fmt.Errorf("segkv: close first live file %s: %w", sp.path, err)
+		}
 		t, err := s.openTail(sp.id, segment.HeaderSize, nil)
 		if err != nil {
 			return err
