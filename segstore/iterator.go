@@ -135,7 +135,7 @@ func (s *Store) NewIterator(opts *IterOptions) (*Iterator, error) {
 
 // NewIterator returns an iterator over the snapshot.
 func (sn *Snapshot) NewIterator(opts *IterOptions) (*Iterator, error) {
-	if sn.closed.Load() {
+	if sn.closed.Load() || sn.s.closed.Load() {
 		return nil, ErrClosed
 	}
 	return sn.newIterator(opts), nil
@@ -326,6 +326,9 @@ func (it *Iterator) Key() []byte { return it.key }
 
 // Value reads the current key's value: a copy the caller owns.
 func (it *Iterator) Value() ([]byte, error) {
+	if !it.usable() {
+		return nil, ErrClosed
+	}
 	if !it.valid {
 		return nil, ErrNotFound
 	}

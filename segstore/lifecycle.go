@@ -87,7 +87,11 @@ func ctxErr(ctx context.Context) error {
 // and return ErrClosed), and the background stops. Only then does it seal a
 // large live file, release the live file's preallocation, sync and close.
 // So every write acknowledged before or during Close is durable when Close
-// returns nil, and a store closed cleanly always opens again.
+// returns nil, and a store closed cleanly always opens again. An Import or
+// Export blocked inside the caller's own io.Reader or io.Writer cannot be
+// interrupted: Close waits for that call to return (the operation then
+// returns ErrClosed). A caller whose peer may stall should give the stream a
+// deadline of its own.
 func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
