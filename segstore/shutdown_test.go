@@ -60,7 +60,7 @@ type trackFS struct {
 
 type trackFile struct {
 	vfs.File
-	fs      *trackFS
+	fs     *trackFS
 	closed atomic.Bool
 }
 
