@@ -7,8 +7,8 @@ import (
 	"sync"
 )
 
-// opGate admits the store's public operations other than writes (Seal,
-// Import, Compact, Export, Sync, Check) until Close, and lets Close wait for
+// opGate admits the store's public operations other than writes and reads
+// (Seal, Import, Compact, Export, Sync, Check, Verify) until Close, and lets Close wait for
 // every operation it admitted. Writes are gated by writeMu instead, which
 // they hold anyway: a gate of their own would put a shared lock on the
 // write path.
@@ -83,8 +83,8 @@ func ctxErr(ctx context.Context) error {
 //
 // Close first stops admitting work, then waits for what it admitted: every
 // write already inside Apply finishes (acknowledged or failed), every Seal,
-// Import, Compact, Export, Sync or Check finishes (long ones are cancelled
-// and return ErrClosed), and the background stops. Only then does it seal a
+// Import, Compact, Export, Sync, Check or Verify finishes (long ones are
+// cancelled and return ErrClosed), and the background stops. Only then does it seal a
 // large live file, release the live file's preallocation, sync and close.
 // So every write acknowledged before or during Close is durable when Close
 // returns nil, and a store closed cleanly always opens again. An Import or

@@ -45,7 +45,7 @@ const lockName = "LOCK"
 // order, and never takes an earlier one while holding a later one:
 //
 //  1. ops (the gate): not a lock held across work, but Close waits on it for
-//     every admitted Seal, Import, Compact, Export, Sync and Check.
+//     every admitted Seal, Import, Compact, Export, Sync, Check and Verify.
 //  2. sealMu, mergeMu, importMu: one seal, one merge step, one import commit
 //     at a time. No operation holds two of them.
 //  3. writeMu: shared by writers for a commit to the live file; exclusive for
@@ -59,9 +59,10 @@ const lockName = "LOCK"
 //     cache's lock, a data file's mapMu, the background's tidyMu, a
 //     snapshot's readMu (held around value reads, which take only leaves).
 //
-// Below the store: the live file's wal.Writer lock (taken under writeMu or
-// commitMu, by Sync) and the manifest log's locks (under commitMu), each
-// of which takes no store lock.
+// Below the store: the live file's wal.Writer lock (taken under writeMu by
+// a commit or a seal's switch, and by a sync: Sync, the interval sync, a
+// seal's barrier, Import's sync under importMu) and the manifest log's
+// locks (under commitMu); neither takes a store lock.
 type Store struct {
 	// Set by Open and never changed; each is safe for concurrent use.
 	dir      string
