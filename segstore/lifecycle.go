@@ -8,10 +8,10 @@ import (
 )
 
 // opGate admits the store's public operations other than writes and reads
-// (Seal, Import, Compact, Export, Sync, Check, Verify) until Close, and lets Close wait for
-// every operation it admitted. Writes are gated by writeMu instead, which
-// they hold anyway: a gate of their own would put a shared lock on the
-// write path.
+// (Seal, Import, Compact, Export, Sync, Check, Verify) until Close, and lets
+// Close wait for every operation it admitted. Writes are gated by writeMu
+// and reads by mu instead, which they hold anyway: a gate of their own would
+// put one more shared lock on the hot paths.
 type opGate struct {
 	mu     sync.Mutex
 	closed bool
