@@ -119,14 +119,31 @@ func (l *Log) CommitEdit(e Edit) (Committed, error) {
 
 // NewID reserves a fresh file id. The log owns the id counter: ids are
 // handed out in increasing order, and the next commit records the counter
-// past every id reserved so far, so no id is handed out twice, across
-// restarts too, whether or not the file it named was ever committed.
+// past every id reserved so far. Ids reserved after the last commit are
+// recorded by RecordIDs (a store calls it at Close); until then a crash can
+// hand them out again after a restart, which is harmless only because
+// ReserveIDsBelow covers every file left on disk.
 func (l *Log) NewID() uint64 {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	id := max(l.tipNextID, 1)
 	l.tipNextID = id + 1
 	return id
+}
+
+// RecordIDs commits an empty edit if ids were reserved since the last
+// commit, so that the counter on disk is past every id handed out: ids stay
+// monotonic across a clean restart even when the files that used them are
+// gone (a spare removed at Close, an import refused).
+func (l *Log) RecordIDs() error {
+	l.mu.Lock()
+	pending := l.tipNextID > l.nextID
+	l.mu.Unlock()
+	if !pending {
+		return nil
+	}
+	_, err := l.Commit(Edit{})
+	return err
 }
 
 // ReserveIDsBelow raises the id counter to at least n (it never lowers it):

@@ -18,7 +18,9 @@
 //     lost a torn tail (its writes were not acknowledged as durable, and
 //     keeping them would break the prefix property).
 //
-// A file is removed only once it has been read and so proved to hold no
+// Run is Plan, which reads and decides, then Settle, which truncates,
+// syncs and removes (and syncs the directory after a removal). A file is
+// removed only once it has been read and so proved to hold no
 // acknowledged data. A candidate continuation that cannot be read (an I/O
 // error, a short read) makes Run fail with that error, and one damaged in a
 // way a crash cannot produce makes it fail with a *corruption.Error naming
@@ -75,6 +77,10 @@ type LiveFile struct {
 	Path    string
 	End     int64 // end of valid data; the file is durable up to here
 	Records int
+	// Digest is the xxhash64 of [0, End) of every chain file but the last
+	// (the ones Open seals), read by Plan so that sealing them after Settle
+	// needs no read that could fail once files were changed.
+	Digest uint64
 }
 
 // Result is what the store needs to start serving.
@@ -82,6 +88,21 @@ type Result struct {
 	Segments  []Segment  // in manifest order of Order, oldest first
 	Live      []LiveFile // the live chain, oldest first; the last is the live file
 	MaxFileID uint64     // highest id of any data or index file seen on disk
+
+	// What Settle will change, decided by Plan after every read succeeded.
+	dir     string
+	rep     *Report
+	log     *slog.Logger
+	settle  []settleJob // every file of the live chain
+	removes []string    // files that provably hold no acknowledged data
+}
+
+// settleJob is a live chain file to make durable, cut at end if torn.
+type settleJob struct {
+	path      string
+	end       int64
+	torn      bool
+	tornBytes int64
 }
 
 // TornTail records a torn tail that was truncated.
@@ -104,8 +125,23 @@ func (r *Report) Repaired() bool {
 	return len(r.TornTails)+len(r.RemovedFiles)+len(r.RebuiltIndexes)+len(r.DroppedChain) > 0
 }
 
-// Run recovers the directory dir against the manifest state.
+// Run recovers the directory dir against the manifest state: Plan, then
+// Settle.
 func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Result, *Report, error) {
+	res, rep, err := Plan(fsys, dir, state, opts)
+	if err != nil {
+		return res, rep, err
+	}
+	return res, rep, res.Settle(fsys)
+}
+
+// Plan reads and checks everything recovery needs (the segments the
+// manifest names, their indexes, the live chain) and decides what to repair,
+// changing nothing but index files (a cache, rebuilt where needed). A read
+// error or damage fails it before any data file is touched; Settle then
+// makes the repairs. A caller with reads of its own to do before anything
+// changes (opening the chain's files) does them between the two.
+func Plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Result, *Report, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -114,8 +150,8 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 	if err != nil {
 		return nil, nil, fmt.Errorf("recovery: list %s: %w", dir, err)
 	}
-	res := &Result{}
 	rep := &Report{}
+	res := &Result{dir: dir, rep: rep, log: log}
 	type onDisk struct{ log, seg, idx bool }
 	files := map[uint64]*onDisk{}
 	for _, name := range names {
@@ -246,19 +282,25 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 					return nil, rep, err
 				}
 			}
-			if rr.Scan.Torn {
-				rep.TornTails = append(rep.TornTails, TornTail{Path: p, Offset: lf.End, Bytes: rr.Scan.TornBytes})
-				log.Warn("segkv: truncated torn tail", "path", p, "offset", lf.End, "bytes", rr.Scan.TornBytes)
-			}
-			// Make the recovered content durable and cut off anything after it, so
-			// that new frames appended at End can never be followed by stale ones.
-			if err := settleLive(fsys, p, lf.End, rr); err != nil {
-				return nil, rep, err
-			}
+			// Settle makes the recovered content durable and cuts off anything
+			// after it, so that new frames appended at End can never be
+			// followed by stale ones.
+			res.settle = append(res.settle, settleJob{path: p, end: lf.End, torn: rr.Scan.Torn, tornBytes: rr.Scan.TornBytes})
 			chainIDs[id] = true
 			res.Live = append(res.Live, lf)
 			prevID, prevEnd = id, lf.End
 		}
+	}
+
+	// The chain files Open will seal: their digests now, while nothing has
+	// changed yet.
+	for i := range res.Live[:max(len(res.Live)-1, 0)] {
+		lf := &res.Live[i]
+		d, err := digestFile(fsys, lf.Path, lf.End)
+		if err != nil {
+			return nil, rep, err
+		}
+		lf.Digest = d
 	}
 
 	// Remove what the manifest does not name and the chain does not hold.
@@ -267,22 +309,60 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 		_, named := state.Segments[id]
 		m := state.Segments[id]
 		if d.seg && (!named || m.FileKind != segment.KindSeg) {
-			if err := remove(fsys, path(segment.DataName(id, segment.KindSeg)), rep, log); err != nil {
-				return nil, rep, err
-			}
+			res.removes = append(res.removes, path(segment.DataName(id, segment.KindSeg)))
 		}
 		if d.log && !chainIDs[id] && (!named || m.FileKind != segment.KindLog) {
-			if err := remove(fsys, path(segment.DataName(id, segment.KindLog)), rep, log); err != nil {
-				return nil, rep, err
-			}
+			res.removes = append(res.removes, path(segment.DataName(id, segment.KindLog)))
 		}
 		if d.idx && !named {
-			if err := remove(fsys, path(segment.IndexName(id)), rep, log); err != nil {
-				return nil, rep, err
-			}
+			res.removes = append(res.removes, path(segment.IndexName(id)))
 		}
 	}
 	return res, rep, nil
+}
+
+// Settle makes the repairs Plan decided: it cuts torn tails off the live
+// chain and syncs every chain file, removes the files that hold no
+// acknowledged data, and, if it removed any, syncs the directory, so that a
+// removed continuation cannot come back after a power loss and be taken for
+// part of the chain again (a later write can make its predecessor as long
+// as its link record says). Call it once.
+func (res *Result) Settle(fsys vfs.FS) error {
+	for _, j := range res.settle {
+		if j.torn {
+			res.rep.TornTails = append(res.rep.TornTails, TornTail{Path: j.path, Offset: j.end, Bytes: j.tornBytes})
+			res.log.Warn("segkv: truncated torn tail", "path", j.path, "offset", j.end, "bytes", j.tornBytes)
+		}
+		if err := settleLive(fsys, j.path, j.end, j.torn); err != nil {
+			return err
+		}
+	}
+	for _, p := range res.removes {
+		if err := remove(fsys, p, res.rep, res.log); err != nil {
+			return err
+		}
+	}
+	if len(res.removes) > 0 {
+		if err := fsys.SyncDir(res.dir); err != nil {
+			return fmt.Errorf("recovery: sync directory %s after removals: %w", res.dir, err)
+		}
+	}
+	res.settle, res.removes = nil, nil
+	return nil
+}
+
+// digestFile is segment.Digest of [0, length) of the file at p.
+func digestFile(fsys vfs.FS, p string, length int64) (uint64, error) {
+	f, err := fsys.Open(p)
+	if err != nil {
+		return 0, fmt.Errorf("recovery: open %s: %w", p, err)
+	}
+	defer f.Close()
+	d, err := segment.Digest(f, length)
+	if err != nil {
+		return 0, fmt.Errorf("recovery: digest of %s: %w", p, err)
+	}
+	return d, nil
 }
 
 // replayLive replays one file of the live chain into OnLiveRecord.
@@ -333,13 +413,13 @@ func unusedSpare(fsys vfs.FS, p string) (bool, error) {
 
 // settleLive truncates a torn tail and syncs the live file, so that what the
 // store serves from now on is durable before any new write depends on it.
-func settleLive(fsys vfs.FS, p string, end int64, rr segment.ReplayResult) error {
+func settleLive(fsys vfs.FS, p string, end int64, torn bool) error {
 	f, err := fsys.OpenReadWrite(p)
 	if err != nil {
 		return fmt.Errorf("recovery: open %s: %w", p, err)
 	}
 	defer f.Close()
-	if rr.Scan.Torn {
+	if torn {
 		if err := f.Truncate(end); err != nil {
 			return fmt.Errorf("recovery: truncate %s: %w", p, err)
 		}
@@ -391,7 +471,12 @@ func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta) []ind
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				ix, reason, err := loadOrRebuildIndex(fsys, dir, metas[i], &rebuildMu)
+				if failed.Load() {
+					// Handed over before the dispatcher saw the failure.
+					out[i].err = errNotLoaded
+					continue
+				}
+				ix, reason, err := loadOrRebuildIndex(fsys, dir, metas[i], &rebuildMu, failed.Load)
 				out[i] = indexLoad{ix: ix, reason: reason, err: err}
 				if err != nil {
 					failed.Store(true)
@@ -422,12 +507,13 @@ func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta) []ind
 // whose checksum still differs from the manifest's means the data file is
 // not what was sealed: that is corruption of the data file.
 func LoadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) (*index.Index, string, error) {
-	return loadOrRebuildIndex(fsys, dir, m, nil)
+	return loadOrRebuildIndex(fsys, dir, m, nil, nil)
 }
 
 // loadOrRebuildIndex is LoadOrRebuildIndex; a rebuild holds rebuildMu, if
-// set, for its duration.
-func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, rebuildMu *sync.Mutex) (*index.Index, string, error) {
+// set, for its duration, and does not start once stopped (if set) reports
+// that another segment failed.
+func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, rebuildMu *sync.Mutex, stopped func() bool) (*index.Index, string, error) {
 	ixPath := filepath.Join(dir, segment.IndexName(m.ID))
 	id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
 	ix, err := index.Load(fsys, ixPath, m.IndexChecksum, id)
@@ -443,6 +529,9 @@ func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, rebu
 	if rebuildMu != nil {
 		rebuildMu.Lock()
 		defer rebuildMu.Unlock()
+	}
+	if stopped != nil && stopped() {
+		return nil, reason, errNotLoaded
 	}
 	dataPath := filepath.Join(dir, segment.DataName(m.ID, m.FileKind))
 	built, err := BuildIndex(fsys, dataPath, m.DataLength)

@@ -32,14 +32,16 @@ func (g *opGate) enter() error {
 
 func (g *opGate) leave() { g.active.Done() }
 
-// closeAndWait admits nothing more and waits for the admitted operations.
-// (Add happens under mu before closed is set, so Wait sees every Add.)
-func (g *opGate) closeAndWait() {
+// close admits nothing more. (Add happens under mu before closed is set,
+// so a later wait sees every Add.)
+func (g *opGate) close() {
 	g.mu.Lock()
 	g.closed = true
 	g.mu.Unlock()
-	g.active.Wait()
 }
+
+// wait returns once every admitted operation has left; call it after close.
+func (g *opGate) wait() { g.active.Wait() }
 
 // enter admits a public operation: ErrClosed once Close has begun, ErrFailed
 // (with its cause) when the store failed and the operation writes.
@@ -87,7 +89,7 @@ func ctxErr(ctx context.Context) error {
 // cancelled and return ErrClosed), and the background stops. Only then does it seal a
 // large live file, release the live file's preallocation, sync and close.
 // So every write acknowledged before or during Close is durable when Close
-// returns nil, and a store closed cleanly always opens again. An Import or
+// returns nil (a store that failed returns its ErrFailed instead), and a store closed cleanly always opens again. An Import or
 // Export blocked inside the caller's own io.Reader or io.Writer cannot be
 // interrupted: Close waits for that call to return (the operation then
 // returns ErrClosed). A caller whose peer may stall should give the stream a
@@ -96,6 +98,9 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
+	// Admit no operation from now on; the wait for those admitted comes
+	// after the writers' and the background's.
+	s.ops.close()
 	s.cancelClose()
 	// Writers re-check closed under writeMu: once this exclusive section is
 	// reached, every commit admitted before it has returned, and none can
@@ -104,12 +109,16 @@ func (s *Store) Close() error {
 	//lint:ignore SA2001 an empty critical section: waiting out the holders is the point
 	s.writeMu.Unlock()
 	s.bg.stop()
-	s.ops.closeAndWait()
+	s.ops.wait()
 
 	var errs []error
 	if s.failed() == nil {
 		errs = append(errs, s.closeLive())
 	}
+	// A failed store did not make everything durable that Close promises
+	// (unsynced writes under SyncManual or SyncInterval, a seal it could
+	// not finish): say so, rather than return nil.
+	errs = append(errs, s.failed())
 	errs = append(errs, s.closeResources())
 	return errors.Join(errs...)
 }
@@ -132,8 +141,8 @@ func (s *Store) closeLive() error {
 		}
 	}
 	s.bg.runTidy()
-	if err := s.failed(); err != nil {
-		return nil // the seal failed the store: leave the rest to the next Open
+	if s.failed() != nil {
+		return nil // the seal failed the store: Close reports the failure
 	}
 	t := s.mu.tail
 	// Release the live file's unused preallocation: the next Open scans
@@ -146,6 +155,12 @@ func (s *Store) closeLive() error {
 	if err := t.w.Sync(); err != nil {
 		s.fail(err)
 		return fmt.Errorf("segkv: sync on close: %w", err)
+	}
+	// Ids handed out since the last commit (the spare removed below, a
+	// refused import) are recorded, so the next session never reuses one.
+	if err := s.mlog.RecordIDs(); err != nil {
+		s.fail(err)
+		return fmt.Errorf("segkv: record file ids on close: %w", err)
 	}
 	return nil
 }

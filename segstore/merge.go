@@ -3,6 +3,7 @@ package segstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"time"
@@ -117,7 +118,8 @@ func (s *Store) Compact(ctx context.Context) error {
 		}
 		did, err := s.mergeStep(ctx, true)
 		if err != nil {
-			if cerr := ctxErr(ctx); cerr != nil {
+			// A cancellation explains the error, unless the store failed.
+			if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, ErrFailed) {
 				return cerr
 			}
 			return err

@@ -187,9 +187,8 @@ func (s *Store) completeSeal(t *tail, liveID uint64) error {
 		}
 		s.stats.sealDataSyncs.Add(1)
 	}
-	var digest uint64
-	var err error
-	for attempt := 1; attempt <= sealReadAttempts; attempt++ {
+	digest, err := t.sealDigest, error(nil)
+	for attempt := 1; digest == 0 && attempt <= sealReadAttempts; attempt++ {
 		if digest, err = segment.Digest(t.file, end); err == nil {
 			break
 		}

@@ -55,9 +55,11 @@ const lockName = "LOCK"
 //     read view changes in manifest order.
 //  5. mu: the read view (live file, frozen file, sealed segments).
 //  6. tail.mu: one live file's key directory.
-//  7. leaves, which take no other store lock while held: spare, the file
-//     cache's lock, a data file's mapMu, the background's tidyMu, a
-//     snapshot's readMu (held around value reads, which take only leaves).
+//  7. the rest, each held briefly: a snapshot's readMu (around value reads
+//     and around its Close, whose unpins may unmap and remove files), then
+//     a data file's filesMu (its index write or removal), then the file
+//     cache's lock and a data file's mapMu; the spare's lock and the
+//     background's tidyMu take no other lock.
 //
 // Below the store: the live file's wal.Writer lock (taken under writeMu by
 // a commit or a seal's switch, and by a sync: Sync, the interval sync, a
@@ -140,7 +142,11 @@ type tail struct {
 	file vfs.File // for appending only; reads go through the file cache
 	w    *wal.Writer
 
-	st      *Store
+	st *Store
+	// sealDigest is the digest of a chain file that Open seals, read by
+	// recovery before it changed anything (0 for a file a seal re-reads).
+	sealDigest uint64
+
 	mu      sync.RWMutex
 	keys    map[string]loc
 	records int
@@ -244,7 +250,10 @@ func (s *Store) recover() error {
 	s.mreport = mrep
 
 	tails := map[uint64]*tail{}
-	res, rep, err := recovery.Run(s.fs, s.dir, state, recovery.Options{
+	// Plan reads everything and changes no data file; Settle, below, makes
+	// its repairs once the chain's files are open too, so that an Open that
+	// fails on a read or an open leaves every file as it found it.
+	res, rep, err := recovery.Plan(s.fs, s.dir, state, recovery.Options{
 		Logger: s.log,
 		OnLiveRecord: func(id uint64, r segment.Record, off int64, length int) error {
 			t := tails[id]
@@ -273,6 +282,9 @@ func (s *Store) recover() error {
 	sortSegments(s.mu.segs)
 
 	if len(res.Live) == 0 {
+		if err := res.Settle(s.fs); err != nil {
+			return err
+		}
 		// A fresh store: make its first live file durable, then name it.
 		sp, err := s.makeSpare()
 		if err != nil {
@@ -286,6 +298,7 @@ func (s *Store) recover() error {
 		if err != nil {
 			return err
 		}
+		s.preallocateTail(t)
 		if _, err := s.mlog.Commit(manifestlog.Edit{SetLive: true, LiveID: t.id}); err != nil {
 			t.file.Close()
 			return fmt.Errorf("segkv: name first live file: %w", err)
@@ -294,21 +307,33 @@ func (s *Store) recover() error {
 		return nil
 	}
 	var chain []*tail
+	closeChain := func(from int) {
+		for _, c := range chain[from:] {
+			c.file.Close()
+		}
+	}
 	for _, lf := range res.Live {
 		t, err := s.openTail(lf.ID, lf.End, tails[lf.ID])
 		if err != nil {
-			for _, c := range chain {
-				c.file.Close()
-			}
+			closeChain(0)
 			return err
 		}
+		t.sealDigest = lf.Digest
 		chain = append(chain, t)
 	}
-	s.mu.tail = chain[len(chain)-1]
+	if err := res.Settle(s.fs); err != nil {
+		closeChain(0)
+		return err
+	}
+	last := len(chain) - 1
+	s.preallocateTail(chain[last])
+	s.mu.tail = chain[last]
 	// Continuations exist only after a crash between moving writers to a new
-	// live file and the seal's manifest commit: finish those seals now.
-	for i, t := range chain[:len(chain)-1] {
+	// live file and the seal's manifest commit: finish those seals now, with
+	// the digests Plan read before anything changed.
+	for i, t := range chain[:last] {
 		if err := s.finishSeal(t, chain[i+1].id); err != nil {
+			closeChain(i) // the live file (last) is closed with the store
 			return err
 		}
 	}
@@ -349,15 +374,19 @@ func (s *Store) openTail(id uint64, end int64, replayed *tail) (*tail, error) {
 	}
 	t.path, t.file = p, f
 	t.df = s.newDataFile(id, segment.KindLog)
-	if size, err := f.Size(); err == nil && size < s.opts.SegmentSize {
-		// Recovery may have cut the preallocation with a torn tail; restore it
-		// so that appends do not change the file size (a cheaper barrier).
-		if err := f.Preallocate(size, s.opts.SegmentSize-size); err != nil {
-			s.log.Debug("segkv: preallocate live file", "path", p, "err", err)
-		}
-	}
 	t.w = wal.NewWriter(f, p, end, end, s.walOptions(t))
 	return t, nil
+}
+
+// preallocateTail restores the live file's preallocation, which Close or
+// recovery may have cut, so that appends do not change the file size (a
+// cheaper barrier). A failure only costs that.
+func (s *Store) preallocateTail(t *tail) {
+	if size, err := t.file.Size(); err == nil && size < s.opts.SegmentSize {
+		if err := t.file.Preallocate(size, s.opts.SegmentSize-size); err != nil {
+			s.log.Debug("segkv: preallocate live file", "path", t.path, "err", err)
+		}
+	}
 }
 
 // zeroAhead is how far past the data a synced group writes zeros into the
@@ -489,6 +518,12 @@ func (s *Store) Apply(b *Batch) error {
 	if s.closed.Load() {
 		s.writeMu.RUnlock()
 		return ErrClosed
+	}
+	// And the failure, for a write that waited out a seal's switch while
+	// the seal failed the store.
+	if err := s.failed(); err != nil {
+		s.writeMu.RUnlock()
+		return err
 	}
 	t := s.mu.tail
 	err := t.w.Commit(req)

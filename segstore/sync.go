@@ -134,7 +134,12 @@ func (e *ImportError) Unwrap() error { return e.Err }
 // or a cancelled ctx fails the whole batch, with an *ImportError naming the
 // stream and offset; nothing of the batch becomes visible and its files are
 // removed. A stream whose digest is already present in the store (or earlier
-// in the same batch) is skipped, so re-running a sync is harmless. Imported
+// in the same batch) is skipped, so re-running a sync is harmless - as long
+// as the segment it made is still there: once a merge has folded it into
+// another segment its digest is gone, and a re-import adopts the stream
+// again as the newest segment, where it shadows writes sealed since. A peer
+// should track what it sent (ManifestSeq, ChangesSince) rather than rely on
+// this check across merges. Imported
 // segments are newer than every sealed segment, older than the live file.
 // The returned infos describe the segments added, in stream order.
 func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInfo, error) {
@@ -167,7 +172,7 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 		sg, err := s.importOne(ctx, r)
 		if err != nil {
 			cleanup()
-			if cerr := ctxErr(ctx); cerr != nil {
+			if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, ErrFailed) {
 				err = cerr
 			}
 			var ce *corruption.Error
