@@ -198,6 +198,13 @@ func Plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resu
 		}
 	}
 	loads := loadIndexes(fsys, dir, metas)
+	// The first real failure in manifest order: a segment skipped because
+	// another failed first (errNotLoaded) is not one.
+	for _, ld := range loads {
+		if ld.err != nil && !errors.Is(ld.err, errNotLoaded) {
+			return nil, rep, ld.err
+		}
+	}
 	for i, m := range metas {
 		ld := loads[i]
 		if ld.err != nil {

@@ -530,10 +530,13 @@ func TestAttackBugFailedOpenRemovedFiles(t *testing.T) {
 // next chain candidate; a read error on the candidate then fails Open with
 // the live file already cut.
 func TestAttackBugFailedOpenTruncatedLiveFile(t *testing.T) {
-	im := atImageMerged(t)
+	// The image needs a spare after the live file, which the background
+	// makes on its own schedule: build it again until it has one.
+	var im atImage
 	var live uint64
 	var cands []string
-	{
+	for attempt := 0; attempt < 20 && len(cands) == 0; attempt++ {
+		im = atImageMerged(t)
 		c := atCopy(im.img)
 		gs, err := openGated("/db", atOpenOpts(c))
 		require.NoError(t, err)
