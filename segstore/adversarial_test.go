@@ -969,14 +969,7 @@ func atSealTrial(t *testing.T, spare bool, f vfs.Fault, linux bool, out *atSealO
 	wants = append(wants, m)
 	labels = append(labels, label+", clean close")
 	for i, img := range imgs {
-		gs, err := openGated("/db", &Options{FS: img, SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}})
-		require.NoError(t, err, labels[i])
-		require.NoError(t, fullDiff(gs.Store, wants[i], keys), labels[i])
-		orph, err := orphans(img, gs.Store)
-		require.NoError(t, err)
-		require.Empty(t, orph, labels[i])
-		require.NoError(t, gs.Check(), labels[i])
-		require.NoError(t, gs.closeAll(), labels[i])
+		requireImageHolds(t, img, &Options{FS: img, SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}}, wants[i], keys, labels[i])
 	}
 	if out != nil {
 		out.images = len(imgs)

@@ -169,14 +169,7 @@ func runFailedOpCrash(t *testing.T, op, failName string, arm func(*vfs.Faulty, *
 	wants = append(wants, m)
 
 	for i, img := range images {
-		gs, err := openGated("/db", &Options{FS: img, SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}})
-		require.NoError(t, err, labels[i])
-		require.NoError(t, fullDiff(gs.Store, wants[i], keys), labels[i])
-		orph, err := orphans(img, gs.Store)
-		require.NoError(t, err)
-		require.Empty(t, orph, labels[i])
-		require.NoError(t, gs.Check(), labels[i])
-		require.NoError(t, gs.closeAll())
+		requireImageHolds(t, img, &Options{FS: img, SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}}, wants[i], keys, labels[i])
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/cespare/xxhash/v2"
+	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
@@ -178,4 +179,18 @@ func dataPaths(s *Store) (data, idx []string) {
 	slices.Sort(data)
 	slices.Sort(idx)
 	return data, idx
+}
+
+// requireImageHolds opens a crash image (background held), and requires
+// that it reads exactly want, holds no orphan file and passes Check.
+func requireImageHolds(t *testing.T, img *vfs.Mem, o *Options, want model, keys []string, label string) {
+	t.Helper()
+	gs, err := openGated("/db", o)
+	require.NoError(t, err, label)
+	require.NoError(t, fullDiff(gs.Store, want, keys), label)
+	orph, err := orphans(img, gs.Store)
+	require.NoError(t, err, label)
+	require.Empty(t, orph, label)
+	require.NoError(t, gs.Check(), label)
+	require.NoError(t, gs.closeAll(), label)
 }
