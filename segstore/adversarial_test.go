@@ -894,13 +894,7 @@ func atSealTrial(t *testing.T, spare bool, f vfs.Fault, linux bool, out *atSealO
 	}
 	hold.Lock()
 	if !spare {
-		s.spare.Lock()
-		if sp := s.spare.file; sp != nil {
-			sp.f.Close()
-			mem.Remove(sp.path)
-			s.spare.file = nil
-		}
-		s.spare.Unlock()
+		dropSpare(s)
 	}
 	oldTail := rlTailPath(s)
 	seen0 := ft.Stats().Seen
@@ -1133,13 +1127,7 @@ func atSealWindowCrash(t *testing.T, mode SyncMode, inline bool) {
 	}
 	for round := range 2 {
 		if inline {
-			s.spare.Lock()
-			if sp := s.spare.file; sp != nil {
-				sp.f.Close()
-				mem.Remove(sp.path)
-				s.spare.file = nil
-			}
-			s.spare.Unlock()
+			dropSpare(s)
 		} else {
 			waitSpare(t, s, int64(round+1))
 		}

@@ -186,8 +186,7 @@ func (s *Store) ensureSpare() {
 	}
 	s.spare.Unlock()
 	if sp != nil {
-		sp.f.Close()
-		s.fs.Remove(sp.path)
+		s.discardSpare(sp)
 	}
 }
 

@@ -131,15 +131,22 @@ func (c *fileCache) forget(id uint64) {
 			break
 		}
 	}
+	h.detach()
+}
+
+// detach closes h now if no reader holds it, or else marks it so that its
+// last release closes it. h is no longer in the cache, so it cannot be
+// acquired again.
+func (h *fileHandle) detach() error {
 	if h.refs.Load() == 0 {
-		h.f.Close()
-		return
+		return h.f.Close()
 	}
 	h.detached.Store(true)
 	// The last reader may have released between the load and the store.
 	if h.refs.Load() == 0 && h.detached.CompareAndSwap(true, false) {
-		h.f.Close()
+		return h.f.Close()
 	}
+	return nil
 }
 
 // openCount returns how many files are open through the cache.
@@ -158,14 +165,7 @@ func (c *fileCache) close() error {
 	c.closed = true
 	var errs []error
 	for _, h := range c.ring {
-		if h.refs.Load() == 0 {
-			errs = append(errs, h.f.Close())
-			continue
-		}
-		h.detached.Store(true)
-		if h.refs.Load() == 0 && h.detached.CompareAndSwap(true, false) {
-			errs = append(errs, h.f.Close())
-		}
+		errs = append(errs, h.detach())
 	}
 	clear(c.open)
 	c.ring = nil

@@ -86,13 +86,14 @@ func ctxErr(ctx context.Context) error {
 // Close first stops admitting work, then waits for what it admitted: every
 // write already inside Apply finishes (acknowledged or failed), every Seal,
 // Import, Compact, Export, Sync, Check or Verify finishes (long ones are
-// cancelled and return ErrClosed), and the background stops. Only then does it seal a
-// large live file, release the live file's preallocation, sync and close.
-// So every write acknowledged before or during Close is durable when Close
-// returns nil (a store that failed returns its ErrFailed instead), and a store closed cleanly always opens again. An Import or
-// Export blocked inside the caller's own io.Reader or io.Writer cannot be
-// interrupted: Close waits for that call to return (the operation then
-// returns ErrClosed). A caller whose peer may stall should give the stream a
+// cancelled and return ErrClosed), and the background stops. Only then does
+// it seal a large live file, release the live file's preallocation, sync and
+// close. So every write acknowledged before or during Close is durable when
+// Close returns nil (a store that failed returns its ErrFailed instead), and
+// a store closed cleanly always opens again. An Import or Export blocked
+// inside the caller's own io.Reader or io.Writer cannot be interrupted:
+// Close waits for that call to return (the operation then returns
+// ErrClosed). A caller whose peer may stall should give the stream a
 // deadline of its own.
 func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
@@ -183,10 +184,7 @@ func (s *Store) closeResources() error {
 	if sp := s.spare.file; sp != nil {
 		// An unused spare is only preallocated space: give it back now
 		// rather than leave it for the next Open to find and remove.
-		errs = append(errs, sp.f.Close())
-		if err := s.fs.Remove(sp.path); err != nil {
-			s.log.Debug("segkv: removing the unused spare failed; the next open removes it", "path", sp.path, "err", err)
-		}
+		errs = append(errs, s.discardSpare(sp))
 		s.spare.file = nil
 	}
 	s.spare.Unlock()

@@ -194,3 +194,15 @@ func requireImageHolds(t *testing.T, img *vfs.Mem, o *Options, want model, keys 
 	require.NoError(t, gs.Check(), label)
 	require.NoError(t, gs.closeAll(), label)
 }
+
+// dropSpare discards the spare the background made, if any, so that the
+// next seal makes its live file inline.
+func dropSpare(s *Store) {
+	s.spare.Lock()
+	sp := s.spare.file
+	s.spare.file = nil
+	s.spare.Unlock()
+	if sp != nil {
+		s.discardSpare(sp)
+	}
+}

@@ -51,6 +51,17 @@ func (s *Store) makeSpare() (*spareFile, error) {
 	return &spareFile{id: id, path: p, f: f}, nil
 }
 
+// discardSpare closes and removes a spare that will not be used. A failed
+// removal only leaves a file the next Open removes (it has no first frame),
+// so it is logged; the close error is returned.
+func (s *Store) discardSpare(sp *spareFile) error {
+	err := sp.f.Close()
+	if rerr := s.fs.Remove(sp.path); rerr != nil {
+		s.log.Debug("segkv: removing an unused spare failed; the next open removes it", "path", sp.path, "err", rerr)
+	}
+	return err
+}
+
 // takeSpare returns the ready spare, or makes one on the spot (and counts
 // that, since it puts a directory sync on the seal's path).
 func (s *Store) takeSpare() (*spareFile, error) {
@@ -117,8 +128,7 @@ func (s *Store) sealLocked() error {
 		// A background spare that raced a seal's inline one can be older
 		// than the live file. Recovery looks for a live file's continuation
 		// only among higher ids, so never continue into a lower one.
-		sp.f.Close()
-		s.fs.Remove(sp.path)
+		s.discardSpare(sp)
 		if sp, err = s.makeSpare(); err != nil {
 			return err
 		}
