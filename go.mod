@@ -14,5 +14,6 @@ require (
 	github.com/bits-and-blooms/bitset v1.24.2 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/pmezard/go-difflib v1.0.0 // indirect
+	github.com/tidwall/btree v1.8.2 // indirect
 	gopkg.in/yaml.v3 v3.0.1 // indirect
 )

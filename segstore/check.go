@@ -42,10 +42,10 @@ func (s *Store) Check() error {
 }
 
 func (s *Store) checkTail(t *tail) error {
-	want := map[string]loc{}
+	want := map[string]liveEntry{}
 	records := 0
 	res, err := segment.ReplayFile(t.file, t.path, t.w.Offset(), func(r segment.Record, off int64, n int) error {
-		want[string(r.Key)] = loc{off: off, length: uint32(n), kind: r.Kind}
+		want[string(r.Key)] = liveEntry{key: string(r.Key), off: off, length: uint32(n), kind: r.Kind}
 		records++
 		return nil
 	})
@@ -60,15 +60,21 @@ func (s *Store) checkTail(t *tail) error {
 	if records != t.records {
 		return fmt.Errorf("segkv: check %s: file holds %d records, key directory counted %d", t.path, records, t.records)
 	}
-	if len(want) != len(t.keys) {
-		return fmt.Errorf("segkv: check %s: file holds %d keys, key directory %d", t.path, len(want), len(t.keys))
+	if len(want) != t.keys.len() {
+		return fmt.Errorf("segkv: check %s: file holds %d keys, key directory %d", t.path, len(want), t.keys.len())
 	}
-	for k, l := range t.keys {
-		if w := want[k]; w.off != l.off || w.length != l.length || w.kind != l.kind {
-			return fmt.Errorf("segkv: check %s: key %q at %+v in the key directory, newest record at %+v", t.path, k, l, want[k])
+	var bad error
+	var prev *liveEntry
+	t.keys.tr.Scan(func(l liveEntry) bool {
+		if w := want[l.key]; w != l {
+			bad = fmt.Errorf("segkv: check %s: key %q at %+v in the key directory, newest record at %+v", t.path, l.key, l, w)
+		} else if prev != nil && l.key <= prev.key {
+			bad = fmt.Errorf("segkv: check %s: key directory out of order at %q after %q", t.path, l.key, prev.key)
 		}
-	}
-	return nil
+		prev = &l
+		return bad == nil
+	})
+	return bad
 }
 
 func (s *Store) checkSegment(sg *sealed) error {

@@ -3,8 +3,6 @@ package segstore
 import (
 	"bytes"
 	"container/heap"
-	"slices"
-	"strings"
 
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
@@ -41,60 +39,82 @@ type iterEntry struct {
 	kind   uint8
 }
 
-// iterSource is one sorted input: a live file's visible keys or a segment
-// index. pos is the source's current entry: the next one to merge going
-// forward, or going backward (then -1 means exhausted).
+// cursor walks one sorted input: a frozen live file directory or a sealed
+// segment's index. Each move reports whether the cursor is at a key.
+type cursor interface {
+	seekGE(key []byte) bool // first key >= key; nil: the first key
+	seekLT(key []byte) bool // last key < key; nil: the last key
+	next() bool
+	prev() bool
+	key() []byte // valid until the next move; never written to
+	entry() (off int64, length uint32, kind uint8)
+}
+
+// iterSource is one input of the merge. k caches the cursor's current key,
+// which the heap compares many times per step.
 type iterSource struct {
 	prio int // 0 is the newest source
 	df   *dataFile
-	// exactly one of these is set
-	tailKeys []string
-	tailLocs []loc
-	ix       *index.Index
-	pos      int
+	cur  cursor
+	k    []byte
 }
 
-func (src *iterSource) len() int {
-	if src.ix != nil {
-		return src.ix.Len()
+// move records the outcome of a cursor move.
+func (src *iterSource) move(ok bool) bool {
+	if ok {
+		src.k = src.cur.key()
 	}
-	return len(src.tailKeys)
+	return ok
 }
 
-func (src *iterSource) keyAt(i int) []byte {
-	if src.ix != nil {
-		return src.ix.At(i).Key
-	}
-	return []byte(src.tailKeys[i])
+func (src *iterSource) entry() iterEntry {
+	off, length, kind := src.cur.entry()
+	return iterEntry{df: src.df, off: off, length: length, kind: kind}
 }
 
-func (src *iterSource) entryAt(i int) iterEntry {
-	if src.ix != nil {
-		e := src.ix.At(i)
-		return iterEntry{df: src.df, off: e.Offset, length: e.Length, kind: e.Kind}
-	}
-	l := src.tailLocs[i]
-	return iterEntry{df: src.df, off: l.off, length: l.length, kind: l.kind}
+// indexCursor walks a sealed segment's index.
+type indexCursor struct {
+	ix  *index.Index
+	pos int
 }
 
-func (src *iterSource) seek(key []byte) {
-	if src.ix != nil {
-		src.pos = src.ix.Search(key)
-		return
-	}
-	k := string(key)
-	src.pos, _ = slices.BinarySearch(src.tailKeys, k)
-}
-
-// seekBefore positions the source at its last key < key, or at its last
-// key if key is nil (no limit).
-func (src *iterSource) seekBefore(key []byte) {
+func (c *indexCursor) seekGE(key []byte) bool {
 	if key == nil {
-		src.pos = src.len() - 1
-		return
+		c.pos = 0
+	} else {
+		c.pos = c.ix.Search(key)
 	}
-	src.seek(key)
-	src.pos--
+	return c.pos < c.ix.Len()
+}
+
+func (c *indexCursor) seekLT(key []byte) bool {
+	if key == nil {
+		c.pos = c.ix.Len() - 1
+	} else {
+		c.pos = c.ix.Search(key) - 1
+	}
+	return c.pos >= 0
+}
+
+func (c *indexCursor) next() bool {
+	if c.pos < c.ix.Len() {
+		c.pos++
+	}
+	return c.pos < c.ix.Len()
+}
+
+func (c *indexCursor) prev() bool {
+	if c.pos >= 0 {
+		c.pos--
+	}
+	return c.pos >= 0
+}
+
+func (c *indexCursor) key() []byte { return c.ix.At(c.pos).Key }
+
+func (c *indexCursor) entry() (int64, uint32, uint8) {
+	e := c.ix.At(c.pos)
+	return e.Offset, e.Length, e.Kind
 }
 
 // iterHeap orders the sources by their current key, smallest first going
@@ -108,7 +128,7 @@ type iterHeap struct {
 func (h *iterHeap) Len() int { return len(h.srcs) }
 func (h *iterHeap) Less(i, j int) bool {
 	a, b := h.srcs[i], h.srcs[j]
-	c := bytes.Compare(a.keyAt(a.pos), b.keyAt(b.pos))
+	c := bytes.Compare(a.k, b.k)
 	if c != 0 {
 		return (c < 0) != h.reverse
 	}
@@ -154,47 +174,18 @@ func (sn *Snapshot) newIterator(opts *IterOptions) *Iterator {
 			}
 		}
 	}
+	// The sources are the snapshot's frozen directories and indexes as they
+	// are: creating an iterator copies and sorts nothing.
 	prio := 0
-	for _, t := range sn.tails {
-		src := &iterSource{prio: prio, df: t.df}
+	for _, v := range sn.tails {
+		it.srcs = append(it.srcs, &iterSource{prio: prio, df: v.t.df, cur: newLiveCursor(v.keys)})
 		prio++
-		t.mu.RLock()
-		for k, l := range t.keys {
-			if !it.inBounds([]byte(k)) {
-				continue
-			}
-			if v, ok := l.visibleAt(sn.seq); ok {
-				src.tailKeys = append(src.tailKeys, k)
-				src.tailLocs = append(src.tailLocs, v)
-			}
-		}
-		t.mu.RUnlock()
-		sortTail(src)
-		it.srcs = append(it.srcs, src)
 	}
 	for _, sg := range sn.segs {
-		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, ix: sg.ix})
+		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, cur: &indexCursor{ix: sg.ix}})
 		prio++
 	}
 	return it
-}
-
-func sortTail(src *iterSource) {
-	idx := make([]int, len(src.tailKeys))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int { return strings.Compare(src.tailKeys[a], src.tailKeys[b]) })
-	keys := make([]string, len(idx))
-	locs := make([]loc, len(idx))
-	for i, j := range idx {
-		keys[i], locs[i] = src.tailKeys[j], src.tailLocs[j]
-	}
-	src.tailKeys, src.tailLocs = keys, locs
-}
-
-func (it *Iterator) inBounds(k []byte) bool {
-	return (it.lower == nil || bytes.Compare(k, it.lower) >= 0) && (it.upper == nil || bytes.Compare(k, it.upper) < 0)
 }
 
 // First positions the iterator at the first key within the bounds.
@@ -221,8 +212,7 @@ func (it *Iterator) Seek(key []byte) bool {
 	}
 	it.h = iterHeap{srcs: it.h.srcs[:0]}
 	for _, src := range it.srcs {
-		src.seek(key)
-		if src.pos < src.len() {
+		if src.move(src.cur.seekGE(key)) {
 			it.h.srcs = append(it.h.srcs, src)
 		}
 	}
@@ -247,8 +237,7 @@ func (it *Iterator) seekBefore(key []byte) bool {
 	}
 	it.h = iterHeap{srcs: it.h.srcs[:0], reverse: true}
 	for _, src := range it.srcs {
-		src.seekBefore(key)
-		if src.pos >= 0 {
+		if src.move(src.cur.seekLT(key)) {
 			it.h.srcs = append(it.h.srcs, src)
 		}
 	}
@@ -285,7 +274,7 @@ func (it *Iterator) Prev() bool {
 func (it *Iterator) step() bool {
 	for it.h.Len() > 0 {
 		top := it.h.srcs[0]
-		key := bytes.Clone(top.keyAt(top.pos))
+		key := bytes.Clone(top.k)
 		if it.h.reverse {
 			if it.lower != nil && bytes.Compare(key, it.lower) < 0 {
 				break
@@ -293,16 +282,17 @@ func (it *Iterator) step() bool {
 		} else if it.upper != nil && bytes.Compare(key, it.upper) >= 0 {
 			break
 		}
-		best := top.entryAt(top.pos)
+		best := top.entry()
 		// Step every source past this key; the first popped has the best prio.
-		for it.h.Len() > 0 && bytes.Equal(it.h.srcs[0].keyAt(it.h.srcs[0].pos), key) {
+		for it.h.Len() > 0 && bytes.Equal(it.h.srcs[0].k, key) {
 			src := it.h.srcs[0]
+			var ok bool
 			if it.h.reverse {
-				src.pos--
+				ok = src.move(src.cur.prev())
 			} else {
-				src.pos++
+				ok = src.move(src.cur.next())
 			}
-			if src.pos >= 0 && src.pos < src.len() {
+			if ok {
 				heap.Fix(&it.h, 0)
 			} else {
 				heap.Pop(&it.h)

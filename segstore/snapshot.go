@@ -14,16 +14,17 @@ import (
 // was taken, whatever seals, merges and writes happen afterwards.
 //
 // What an open snapshot costs: it pins every data file it can see, so files
-// that a merge retires stay on disk until it is closed; and while any
-// snapshot or iterator is open, overwrites in the live file keep the previous
-// version of the key in memory (one small record per overwrite), and a live
-// file sealed meanwhile keeps its key directory in memory. Close snapshots
-// promptly; Close is idempotent.
+// that a merge retires stay on disk until it is closed; and it holds a frozen
+// copy of the live file's key directory. Taking that copy is O(1) (the copy
+// and the store's directory share their B-tree nodes), but the first write
+// after it into each shared node copies that node, and the snapshot keeps
+// the old nodes alive, so a snapshot held across many writes holds up to
+// one directory's worth of memory, and a live file sealed meanwhile keeps
+// its directory in memory. Close snapshots promptly; Close is idempotent.
 type Snapshot struct {
 	s      *Store
-	seq    uint64
-	tails  []*tail   // the live file and the one being sealed, newest first
-	segs   []*sealed // newest first
+	tails  []tailView // the live file and the one being sealed, newest first
+	segs   []*sealed  // newest first
 	closed atomic.Bool
 	// readMu is held shared by every value read through the snapshot and
 	// exclusively by Close, so a read finishes before the pins it relies
@@ -42,23 +43,28 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 		return nil, ErrClosed
 	}
 	sn := &Snapshot{s: s, segs: slices.Clone(s.mu.segs)}
+	// Under mu no seal can switch live files, so the live file and the
+	// frozen one are copied as one consistent pair: a group is published
+	// into one of them whole, before or after its copy.
 	for _, t := range [2]*tail{s.mu.tail, s.mu.frozen} {
 		if t != nil {
 			t.df.pin()
-			sn.tails = append(sn.tails, t)
+			sn.tails = append(sn.tails, tailView{t: t, keys: t.view()})
 		}
 	}
 	for _, sg := range sn.segs {
 		sg.df.pin()
 	}
-	// Under the live file's lock no group is being published, so the count
-	// and the sequence agree: every later publication keeps the versions this
-	// snapshot may need.
-	s.mu.tail.mu.RLock()
 	s.snapshots.Add(1)
-	sn.seq = s.writeSeq.Load()
-	s.mu.tail.mu.RUnlock()
 	return sn, nil
+}
+
+// tailView is a live file as a snapshot sees it: its data file and a
+// frozen copy of its key directory, which no one writes and any goroutine
+// may read without a lock.
+type tailView struct {
+	t    *tail
+	keys liveIndex
 }
 
 // Close releases the snapshot. Later Gets return ErrClosed.
@@ -68,8 +74,8 @@ func (sn *Snapshot) Close() error {
 	if !sn.closed.CompareAndSwap(false, true) {
 		return nil
 	}
-	for _, t := range sn.tails {
-		t.df.unpin()
+	for _, v := range sn.tails {
+		v.t.df.unpin()
 	}
 	for _, sg := range sn.segs {
 		sg.df.unpin()
@@ -88,20 +94,15 @@ func (sn *Snapshot) Get(key []byte) ([]byte, error) {
 	if sn.closed.Load() || sn.s.closed.Load() {
 		return nil, ErrClosed
 	}
-	for _, t := range sn.tails {
-		t.mu.RLock()
-		l, ok := t.keys[string(key)]
-		t.mu.RUnlock()
+	for _, v := range sn.tails {
+		l, ok := v.keys.get(key)
 		if !ok {
-			continue
-		}
-		if l, ok = l.visibleAt(sn.seq); !ok {
 			continue
 		}
 		if l.kind == segment.KindDelete {
 			return nil, ErrNotFound
 		}
-		return sn.s.readValue(t.df, l.off, l.length, l.kind, key)
+		return sn.s.readValue(v.t.df, l.off, l.length, l.kind, key)
 	}
 	return sn.s.getSealed(sn.segs, key)
 }

@@ -128,9 +128,7 @@ type Store struct {
 		file *spareFile
 	}
 
-	// writeSeq numbers published batches; snapshots see those at or below
-	// their own number. snapshots counts open snapshots and iterators.
-	writeSeq  atomic.Uint64
+	// snapshots counts open snapshots and iterators.
 	snapshots atomic.Int64
 }
 
@@ -147,32 +145,15 @@ type tail struct {
 	// recovery before it changed anything (0 for a file a seal re-reads).
 	sealDigest uint64
 
+	// mu guards keys and records: publishes hold it exclusively, lookups
+	// shared, and a snapshot exclusively for the instant it copies keys.
 	mu      sync.RWMutex
-	keys    map[string]loc
+	keys    liveIndex
 	records int
 }
 
-// loc locates the newest record of a key in a live file. seq orders
-// publications for snapshots; prev keeps the version a live snapshot may
-// still need (only while snapshots exist, so that chains cost nothing
-// otherwise).
-type loc struct {
-	off    int64
-	length uint32
-	kind   uint8
-	seq    uint64
-	prev   *loc
-}
-
-// visibleAt returns the newest version of l published at or before seq.
-func (l loc) visibleAt(seq uint64) (loc, bool) {
-	for l.seq > seq {
-		if l.prev == nil {
-			return loc{}, false
-		}
-		l = *l.prev
-	}
-	return l, true
+func newTail(s *Store, id uint64) *tail {
+	return &tail{id: id, st: s, keys: newLiveIndex()}
 }
 
 // sealed is a sealed segment with its index in memory.
@@ -258,10 +239,10 @@ func (s *Store) recover() error {
 		OnLiveRecord: func(id uint64, r segment.Record, off int64, length int) error {
 			t := tails[id]
 			if t == nil {
-				t = &tail{id: id, st: s, keys: map[string]loc{}}
+				t = newTail(s, id)
 				tails[id] = t
 			}
-			t.keys[string(r.Key)] = loc{off: off, length: uint32(length), kind: r.Kind}
+			t.keys.set(liveEntry{key: string(r.Key), off: off, length: uint32(length), kind: r.Kind})
 			t.records++
 			return nil
 		},
@@ -370,7 +351,7 @@ func (s *Store) openTail(id uint64, end int64, replayed *tail) (*tail, error) {
 	}
 	t := replayed
 	if t == nil {
-		t = &tail{id: id, st: s, keys: map[string]loc{}}
+		t = newTail(s, id)
 	}
 	t.path, t.file = p, f
 	t.df = s.newDataFile(id, segment.KindLog)
@@ -404,32 +385,30 @@ func (s *Store) walOptions(t *tail) wal.Options {
 func (t *tail) publish(reqs []*wal.Request) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	keep := t.st.snapshots.Load() > 0
 	for _, r := range reqs {
 		b, ok := r.Data.(*Batch)
 		if !ok {
 			continue
 		}
-		seq := t.st.writeSeq.Add(1)
 		for _, e := range b.entries {
-			k := b.key(e)
-			nl := loc{off: r.Offset + int64(e.recOff), length: uint32(e.recLen), kind: e.kind, seq: seq}
-			if keep {
-				if old, ok := t.keys[string(k)]; ok {
-					nl.prev = &old
-				}
-			}
-			t.keys[string(k)] = nl
+			t.keys.set(liveEntry{key: string(b.key(e)), off: r.Offset + int64(e.recOff), length: uint32(e.recLen), kind: e.kind})
 		}
 		t.records += len(b.entries)
 	}
 }
 
-func (t *tail) lookup(key []byte) (loc, bool) {
+func (t *tail) lookup(key []byte) (liveEntry, bool) {
 	t.mu.RLock()
-	l, ok := t.keys[string(key)]
+	e, ok := t.keys.get(key)
 	t.mu.RUnlock()
-	return l, ok
+	return e, ok
+}
+
+// view returns a frozen copy of the key directory, in O(1).
+func (t *tail) view() liveIndex {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.keys.copy()
 }
 
 func sortSegments(segs []*sealed) {

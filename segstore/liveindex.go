@@ -1,0 +1,133 @@
+package segstore
+
+import (
+	"unsafe"
+
+	"github.com/tidwall/btree"
+
+	"github.com/segkv/segkv/index"
+)
+
+// liveEntry locates the newest record of one key in a live file.
+type liveEntry struct {
+	key    string
+	off    int64
+	length uint32
+	kind   uint8
+}
+
+func liveLess(a, b liveEntry) bool { return a.key < b.key }
+
+// liveDegree is the B-tree's degree: nodes of up to 2*liveDegree-1 entries.
+// The library's default (32) measured best for point gets and seeks on 16-
+// and 32-byte keys; a copy-on-write after a snapshot copies one node per
+// level, so larger nodes would make the first write after each snapshot dearer.
+const liveDegree = 32
+
+// liveIndex is a live file's key directory: the newest record of each key,
+// in key order. It is a B-tree (github.com/tidwall/btree) with copy-on-write
+// nodes, chosen over a hash map so that iterators need no sort and over a
+// hand-written skiplist because the library's O(1) Copy gives snapshots a
+// frozen view for free: the copy and the original share every node until
+// one of them writes, and a write copies only the nodes on its path.
+//
+// Concurrency: the tree itself has no lock (NoLocks). The owner (a tail)
+// guards the tree it writes with tail.mu: publishes take it exclusively,
+// lookups shared. copy, although O(1), writes the original's identity and
+// so needs the exclusive lock too. A copy is never written: any number of
+// goroutines may read it without a lock while the original keeps changing.
+type liveIndex struct {
+	tr *btree.BTreeG[liveEntry]
+}
+
+func newLiveIndex() liveIndex {
+	return liveIndex{tr: btree.NewBTreeGOptions(liveLess, btree.Options{NoLocks: true, Degree: liveDegree})}
+}
+
+// set records e as the newest record of its key.
+func (x liveIndex) set(e liveEntry) { x.tr.Set(e) }
+
+// get returns the entry of key.
+func (x liveIndex) get(key []byte) (liveEntry, bool) {
+	return x.tr.Get(liveEntry{key: borrowString(key)})
+}
+
+// len returns the number of keys.
+func (x liveIndex) len() int { return x.tr.Len() }
+
+// copy returns a frozen view of the directory as it is now, in O(1). The
+// caller holds the owner's lock exclusively.
+func (x liveIndex) copy() liveIndex { return liveIndex{tr: x.tr.Copy()} }
+
+// indexEntries returns the directory as sorted index entries, the keys in
+// one arena: a seal's index, built by an in-order walk without a sort.
+func (x liveIndex) indexEntries() []index.Entry {
+	entries := make([]index.Entry, 0, x.tr.Len())
+	size := 0
+	x.tr.Scan(func(e liveEntry) bool {
+		size += len(e.key)
+		return true
+	})
+	arena := make([]byte, 0, size)
+	x.tr.Scan(func(e liveEntry) bool {
+		start := len(arena)
+		arena = append(arena, e.key...)
+		entries = append(entries, index.Entry{
+			Key:  arena[start:len(arena):len(arena)],
+			Kind: e.kind, Offset: e.off, Length: e.length,
+		})
+		return true
+	})
+	return entries
+}
+
+// liveCursor walks a frozen liveIndex (a copy) in key order.
+type liveCursor struct {
+	it btree.IterG[liveEntry]
+	ok bool
+}
+
+func newLiveCursor(x liveIndex) *liveCursor {
+	return &liveCursor{it: x.tr.Iter()}
+}
+
+// seekGE moves to the first key >= key (nil: the first key).
+func (c *liveCursor) seekGE(key []byte) bool {
+	if key == nil {
+		c.ok = c.it.First()
+	} else {
+		c.ok = c.it.Seek(liveEntry{key: borrowString(key)})
+	}
+	return c.ok
+}
+
+// seekLT moves to the last key < key (nil: the last key).
+func (c *liveCursor) seekLT(key []byte) bool {
+	if key != nil && c.it.Seek(liveEntry{key: borrowString(key)}) {
+		c.ok = c.it.Prev()
+	} else {
+		c.ok = c.it.Last()
+	}
+	return c.ok
+}
+
+func (c *liveCursor) next() bool { c.ok = c.ok && c.it.Next(); return c.ok }
+func (c *liveCursor) prev() bool { c.ok = c.ok && c.it.Prev(); return c.ok }
+
+// key returns the current key. It aliases the tree's string, which is never
+// modified: the caller must not write to it.
+func (c *liveCursor) key() []byte {
+	k := c.it.Item().key
+	return unsafe.Slice(unsafe.StringData(k), len(k))
+}
+
+func (c *liveCursor) entry() (int64, uint32, uint8) {
+	e := c.it.Item()
+	return e.off, e.length, e.kind
+}
+
+// borrowString views b as a string without copying, for a lookup that does
+// not keep it: the tree compares against it and forgets it.
+func borrowString(b []byte) string {
+	return unsafe.String(unsafe.SliceData(b), len(b))
+}
