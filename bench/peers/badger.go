@@ -1,6 +1,7 @@
 package peers
 
 import (
+	"bytes"
 	"errors"
 
 	"github.com/dgraph-io/badger/v4"
@@ -72,6 +73,41 @@ func (b *badgerDB) Get(k, dst []byte) ([]byte, bool, error) {
 		return nil, false, nil
 	}
 	return dst, found, err
+}
+
+func (b *badgerDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte)) (int, error) {
+	if reverse && start != nil && len(start) == 0 {
+		return 0, nil // no key is < "" (and Seek would take it for nil)
+	}
+	count := 0
+	err := b.db.View(func(txn *badger.Txn) error {
+		// DefaultIteratorOptions prefetch the values of the next 100 items,
+		// which Badger's docs recommend when the values will be read.
+		opts := badger.DefaultIteratorOptions
+		opts.Reverse = reverse
+		it := txn.NewIterator(opts)
+		defer it.Close()
+		// Seek(nil) rewinds: the first key, or the last one in reverse.
+		// In reverse Seek lands on the last key <= start; step past start.
+		it.Seek(start)
+		if reverse && start != nil && it.Valid() && bytes.Equal(it.Item().Key(), start) {
+			it.Next()
+		}
+		for ; it.Valid() && count < n; it.Next() {
+			item := it.Item()
+			// Key and value are valid only until the next move (and the
+			// value only inside the callback).
+			if err := item.Value(func(v []byte) error {
+				fn(item.Key(), v)
+				return nil
+			}); err != nil {
+				return err
+			}
+			count++
+		}
+		return nil
+	})
+	return count, err
 }
 
 func (b *badgerDB) Close() error { return b.db.Close() }

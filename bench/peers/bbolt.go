@@ -77,4 +77,35 @@ func (b *bboltDB) Get(k, dst []byte) ([]byte, bool, error) {
 	return dst, found, err
 }
 
+func (b *bboltDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte)) (int, error) {
+	count := 0
+	err := b.db.View(func(tx *bolt.Tx) error {
+		c := tx.Bucket(bboltBucket).Cursor()
+		var k, v []byte
+		switch {
+		case !reverse:
+			k, v = c.Seek(start)
+		case start == nil:
+			k, v = c.Last()
+		default:
+			if k, _ = c.Seek(start); k != nil {
+				k, v = c.Prev() // the last key < start
+			} else {
+				k, v = c.Last() // every key is < start
+			}
+		}
+		for ; k != nil && count < n; count++ {
+			// Key and value point into the mmap, valid inside the txn.
+			fn(k, v)
+			if reverse {
+				k, v = c.Prev()
+			} else {
+				k, v = c.Next()
+			}
+		}
+		return nil
+	})
+	return count, err
+}
+
 func (b *bboltDB) Close() error { return b.db.Close() }

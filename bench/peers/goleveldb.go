@@ -64,4 +64,31 @@ func (g *goleveldbDB) Get(k, _ []byte) ([]byte, bool, error) {
 	return v, true, nil
 }
 
+func (g *goleveldbDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte)) (int, error) {
+	it := g.db.NewIterator(nil, nil)
+	var ok bool
+	switch {
+	case !reverse:
+		ok = it.Seek(start)
+	case start == nil:
+		ok = it.Last()
+	case it.Seek(start):
+		ok = it.Prev() // the last key < start
+	default:
+		ok = it.Last() // every key is < start
+	}
+	count := 0
+	for ; ok && count < n; count++ {
+		// Key and value are valid until the next move.
+		fn(it.Key(), it.Value())
+		if reverse {
+			ok = it.Prev()
+		} else {
+			ok = it.Next()
+		}
+	}
+	it.Release()
+	return count, it.Error()
+}
+
 func (g *goleveldbDB) Close() error { return g.db.Close() }

@@ -71,4 +71,42 @@ func (p *pebbleDB) Get(k, dst []byte) ([]byte, bool, error) {
 	return dst, true, closer.Close()
 }
 
+func (p *pebbleDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte)) (int, error) {
+	it, err := p.db.NewIter(nil)
+	if err != nil {
+		return 0, err
+	}
+	var ok bool
+	// Pebble's invariants builds (-race) index key[0] in seeks, so the empty
+	// key is answered without one: every key is >= it, none is < it.
+	switch {
+	case !reverse && len(start) == 0:
+		ok = it.First()
+	case !reverse:
+		ok = it.SeekGE(start)
+	case start == nil:
+		ok = it.Last()
+	case len(start) == 0:
+		ok = false
+	default:
+		ok = it.SeekLT(start)
+	}
+	count := 0
+	for ; ok && count < n; count++ {
+		// Key and value are valid until the next move.
+		v, err := it.ValueAndErr()
+		if err != nil {
+			return count, errors.Join(err, it.Close())
+		}
+		fn(it.Key(), v)
+		if reverse {
+			ok = it.Prev()
+		} else {
+			ok = it.Next()
+		}
+	}
+	// Close returns the iterator's accumulated error.
+	return count, it.Close()
+}
+
 func (p *pebbleDB) Close() error { return p.db.Close() }

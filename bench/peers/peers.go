@@ -61,6 +61,18 @@ type DB interface {
 	// runs pay one 100-byte copy here, as any caller keeping the value would.
 	// Safe for concurrent use.
 	Get(key, dst []byte) (value []byte, found bool, err error)
+	// Scan visits up to n keys in key order, each with its value, and
+	// returns how many it visited. Forward (reverse=false) it starts at the
+	// first key >= start; reverse it starts at the last key < start (strictly
+	// less, so a forward and a reverse scan from the same start never share a
+	// key) and walks down. A nil start means the first key (reverse: the
+	// last). fn's key and value are valid only during the call: a caller
+	// that keeps them copies them, and every adapter leaves that copy to fn
+	// (segkv's Iterator.Value already returns a fresh copy, which it pays on
+	// top). Each Scan opens one iterator (in a read transaction where the
+	// engine has them) with the engine's default iterator options and no
+	// bounds, seeks once, steps, and closes it. Safe for concurrent use.
+	Scan(start []byte, n int, reverse bool, fn func(key, value []byte)) (int, error)
 	// Close makes every write durable (where the mode promises it) and
 	// releases the store.
 	Close() error

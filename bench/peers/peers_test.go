@@ -1,7 +1,10 @@
 package peers
 
 import (
+	"bytes"
 	"fmt"
+	"slices"
+	"strconv"
 	"testing"
 )
 
@@ -154,4 +157,101 @@ func loaded(b *testing.B, name string, n uint64) DB {
 		b.Fatal(fmt.Errorf("load: %w", err))
 	}
 	return db
+}
+
+// TestScan checks every adapter's Scan against the sorted list of the keys
+// written, on fresh (unflushed) data and again after a reopen: the start
+// positions, the order, the counts and the values, forward and reverse.
+func TestScan(t *testing.T) {
+	const n = 2000
+	sorted := make([][]byte, n)
+	for i := range sorted {
+		sorted[i] = Key(make([]byte, KeySize), uint64(i))
+	}
+	slices.SortFunc(sorted, bytes.Compare)
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			e, err := Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			db, err := e.Open(dir, Bulk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys, vals [][]byte
+			for i := uint64(0); i < n; i++ {
+				keys = append(keys, Key(make([]byte, KeySize), i))
+				vals = append(vals, Value(make([]byte, ValueSize), i))
+			}
+			if err := db.Batch(keys, vals, false); err != nil {
+				t.Fatal(err)
+			}
+			checkScans(t, db, sorted)
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if db, err = e.Open(dir, Durable); err != nil {
+				t.Fatal(err)
+			}
+			checkScans(t, db, sorted)
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+func checkScans(t *testing.T, db DB, sorted [][]byte) {
+	t.Helper()
+	n := len(sorted)
+	between := func(r int) []byte { // a key just after sorted[r], before sorted[r+1]
+		return append(bytes.Clone(sorted[r]), 0)
+	}
+	starts := [][]byte{nil, {}, []byte("!"), {0xff}, sorted[0], sorted[1], sorted[n/2], sorted[n-1], between(0), between(n / 3), between(n - 1)}
+	for _, start := range starts {
+		rank, _ := slices.BinarySearchFunc(sorted, start, bytes.Compare) // first key >= start
+		for _, limit := range []int{0, 1, 100, n + 5} {
+			for _, reverse := range []bool{false, true} {
+				var want [][]byte
+				switch {
+				case !reverse:
+					want = sorted[rank:min(n, rank+limit)]
+				case start == nil:
+					want = slices.Clone(sorted[max(0, n-limit):])
+					slices.Reverse(want)
+				default:
+					want = slices.Clone(sorted[max(0, rank-limit):rank])
+					slices.Reverse(want)
+				}
+				var got [][]byte
+				wrongValue := ""
+				count, err := db.Scan(start, limit, reverse, func(k, v []byte) {
+					got = append(got, bytes.Clone(k))
+					i, err := strconv.ParseUint(string(k[16:]), 16, 64)
+					if err == nil && !bytes.Equal(v, Value(make([]byte, ValueSize), i)) && wrongValue == "" {
+						wrongValue = string(k)
+					}
+				})
+				if err != nil {
+					t.Fatalf("Scan(%q, %d, reverse=%v): %v", start, limit, reverse, err)
+				}
+				if count != len(got) || !slices.EqualFunc(got, want, bytes.Equal) {
+					t.Fatalf("Scan(%q, %d, reverse=%v): returned %d, visited %d keys, want %d (first got %q, want %q)",
+						start, limit, reverse, count, len(got), len(want), first(got), first(want))
+				}
+				if wrongValue != "" {
+					t.Fatalf("Scan(%q, %d, reverse=%v): wrong value for key %q", start, limit, reverse, wrongValue)
+				}
+			}
+		}
+	}
+}
+
+func first(keys [][]byte) []byte {
+	if len(keys) == 0 {
+		return nil
+	}
+	return keys[0]
 }

@@ -64,4 +64,35 @@ func (d *segkvDB) Get(k, _ []byte) ([]byte, bool, error) {
 	return v, true, nil
 }
 
+func (d *segkvDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte)) (int, error) {
+	it, err := d.s.NewIterator(nil)
+	if err != nil {
+		return 0, err
+	}
+	var ok bool
+	switch {
+	case !reverse:
+		ok = it.Seek(start)
+	case start == nil:
+		ok = it.Last()
+	default:
+		ok = it.SeekLT(start)
+	}
+	count := 0
+	for ; ok && count < n; count++ {
+		// Value reads the record and returns a copy the caller owns.
+		v, err := it.Value()
+		if err != nil {
+			return count, errors.Join(err, it.Close())
+		}
+		fn(it.Key(), v)
+		if reverse {
+			ok = it.Prev()
+		} else {
+			ok = it.Next()
+		}
+	}
+	return count, errors.Join(it.Err(), it.Close())
+}
+
 func (d *segkvDB) Close() error { return d.s.Close() }

@@ -27,6 +27,9 @@ type bench struct {
 	root   string
 	log    io.Writer
 	engine map[string]peers.Engine
+	// loadedKeys and freshKeys are the key spaces the scans run over, built
+	// on first use.
+	loadedKeys, freshKeys *keySpace
 }
 
 // result is one measurement of one engine on one workload.
@@ -42,6 +45,10 @@ type result struct {
 	P99us float64 `json:"p99_us,omitempty"`
 	// DiskBytes is the size of the loaded store after Close (bulk only).
 	DiskBytes int64 `json:"disk_bytes,omitempty"`
+	// Keys is the keys (each with its value) the scans visited, and
+	// KeysPerS that over Seconds (scan workloads only; Ops counts scans).
+	Keys     int64   `json:"keys,omitempty"`
+	KeysPerS float64 `json:"keys_per_s,omitempty"`
 }
 
 // results is what a run produces, in the order it was measured.
@@ -115,16 +122,35 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 		res.Rows = append(res.Rows, rows...)
 	}
 	defer func() { res.Machine.LoadEnd = loadAvg() }()
-	needStore := want("bulk") || want("reopen") || want("get1") || want("get2") || want("miss1") || want("miss2")
-	if !needStore {
-		return res, nil
+	needStore := slices.ContainsFunc([]string{"bulk", "reopen", "get1", "get2", "miss1", "miss2"}, want) ||
+		slices.ContainsFunc(sealedScans, func(s scanSpec) bool { return want(s.workload) })
+	if needStore {
+		if err := b.loaded(ctx, res); err != nil {
+			return nil, err
+		}
 	}
+	if slices.ContainsFunc(freshScans, func(s scanSpec) bool { return want(s.workload) }) {
+		// Engine-major too: one fresh store open at a time.
+		for _, name := range b.c.engines {
+			rows, err := b.fresh(ctx, name)
+			if err != nil {
+				return nil, fmt.Errorf("fresh scans %s: %w", name, err)
+			}
+			res.Rows = append(res.Rows, rows...)
+		}
+	}
+	return res, nil
+}
+
+// loaded bulk-loads a store per engine and runs the workloads that read it.
+func (b *bench) loaded(ctx context.Context, res *results) error {
+	want := func(w string) bool { return contains(b.c.workloads, w) }
 	// Bulk loads run back to back, workload-major, so that disk drift over
 	// the run affects the engines alike.
 	for _, name := range b.c.engines {
 		r, err := b.bulk(ctx, name)
 		if err != nil {
-			return nil, fmt.Errorf("bulk %s: %w", name, err)
+			return fmt.Errorf("bulk %s: %w", name, err)
 		}
 		b.progress("%-6s %-9s %.2f s (%d MiB on disk)", "bulk", name, r.Value, r.DiskBytes>>20)
 		if want("bulk") {
@@ -137,7 +163,7 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 	for _, name := range b.c.engines {
 		rows, err := b.reads(ctx, name)
 		if err != nil {
-			return nil, fmt.Errorf("reads %s: %w", name, err)
+			return fmt.Errorf("reads %s: %w", name, err)
 		}
 		for _, r := range rows {
 			if want(r.Workload) {
@@ -145,7 +171,7 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 			}
 		}
 	}
-	return res, nil
+	return nil
 }
 
 // durablePut measures durable puts with the given number of writers on a
@@ -270,24 +296,10 @@ func (b *bench) bulk(ctx context.Context, name string) (result, error) {
 		if err != nil {
 			return err
 		}
-		// One backing array per batch, reused: every engine has copied or
-		// written the batch by the time Batch returns.
-		kbuf := make([]byte, bs*peers.KeySize)
-		vbuf := make([]byte, bs*peers.ValueSize)
-		keys := make([][]byte, bs)
-		vals := make([][]byte, bs)
+		w := newBatchWriter(bs)
 		start := time.Now()
-		for lo := uint64(0); lo < n; lo += uint64(bs) {
-			hi := min(lo+uint64(bs), n)
-			for i := lo; i < hi; i++ {
-				j := i - lo
-				keys[j] = peers.Key(kbuf[j*peers.KeySize:], i)
-				vals[j] = peers.Value(vbuf[j*peers.ValueSize:], i)
-			}
-			m := hi - lo
-			if err := db.Batch(keys[:m], vals[:m], hi == n); err != nil {
-				return errors.Join(fmt.Errorf("batch at key %d: %w", lo, err), db.Close())
-			}
+		if err := w.write(db, n, true); err != nil {
+			return errors.Join(err, db.Close())
 		}
 		if err := db.Close(); err != nil {
 			return fmt.Errorf("close: %w", err)
@@ -306,9 +318,43 @@ func (b *bench) bulk(ctx context.Context, name string) (result, error) {
 		Ops: int64(n), Seconds: elapsed.Seconds(), DiskBytes: size}, nil
 }
 
+// batchWriter writes keys in batches through one reused backing array per
+// batch: every engine has copied or written the batch by the time Batch
+// returns.
+type batchWriter struct {
+	kbuf, vbuf []byte
+	keys, vals [][]byte
+}
+
+func newBatchWriter(bs int) *batchWriter {
+	return &batchWriter{
+		kbuf: make([]byte, bs*peers.KeySize), vbuf: make([]byte, bs*peers.ValueSize),
+		keys: make([][]byte, bs), vals: make([][]byte, bs),
+	}
+}
+
+// write writes key numbers [0, n) in batches, syncing the last one if
+// syncLast.
+func (w *batchWriter) write(db peers.DB, n uint64, syncLast bool) error {
+	bs := uint64(len(w.keys))
+	for lo := uint64(0); lo < n; lo += bs {
+		hi := min(lo+bs, n)
+		for i := lo; i < hi; i++ {
+			j := i - lo
+			w.keys[j] = peers.Key(w.kbuf[j*peers.KeySize:], i)
+			w.vals[j] = peers.Value(w.vbuf[j*peers.ValueSize:], i)
+		}
+		m := hi - lo
+		if err := db.Batch(w.keys[:m], w.vals[:m], syncLast && hi == n); err != nil {
+			return fmt.Errorf("batch at key %d: %w", lo, err)
+		}
+	}
+	return nil
+}
+
 // reads reopens the loaded store (timed, to the first successful Get), warms
 // it with untimed random gets, then measures hits and misses with 1 and 2
-// goroutines.
+// goroutines, and then the scans (after a warm-up of their own).
 func (b *bench) reads(ctx context.Context, name string) (rows []result, err error) {
 	dir := filepath.Join(b.root, "load", name)
 	var db peers.DB
@@ -347,14 +393,13 @@ func (b *bench) reads(ctx context.Context, name string) (rows []result, err erro
 	for _, w := range []string{"get1", "get2", "miss1", "miss2"} {
 		reading = reading || contains(b.c.workloads, w)
 	}
-	if !reading {
-		return rows, nil
-	}
-	if err := labelled(ctx, name, "warmup", func(context.Context) error {
-		_, _, err := getN(db, b.c.gets/4+1, 2, 0, n, true, 1)
-		return err
-	}); err != nil {
-		return nil, fmt.Errorf("warm-up: %w", err)
+	if reading {
+		if err := labelled(ctx, name, "warmup", func(context.Context) error {
+			_, _, err := getN(db, b.c.gets/4+1, 2, 0, n, true, 1)
+			return err
+		}); err != nil {
+			return nil, fmt.Errorf("warm-up: %w", err)
+		}
 	}
 	for _, spec := range []struct {
 		workload string
@@ -382,7 +427,8 @@ func (b *bench) reads(ctx context.Context, name string) (rows []result, err erro
 		b.progress("%-6s %-9s %8.0f ops/s", spec.workload, name, r.Value)
 		rows = append(rows, r)
 	}
-	return rows, err
+	scanRows, err := b.scans(ctx, name, db, b.loadedKeySpace, sealedScans)
+	return append(rows, scanRows...), err
 }
 
 // getN does total Gets of uniformly random key numbers in [lo, lo+n) split

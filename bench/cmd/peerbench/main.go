@@ -20,10 +20,31 @@
 //	get2    random Get of existing keys, 2 goroutines  (ops/s)
 //	miss1   Get of missing keys, 1 goroutine           (ops/s)
 //	miss2   Get of missing keys, 2 goroutines          (ops/s)
+//	scan1   forward scan of -scanlen keys from a random key, 1 goroutine  (scans/s)
+//	scan2   forward scan, 2 goroutines                                     (scans/s)
+//	rscan1  reverse scan of -scanlen keys below a random key, 1 goroutine (scans/s)
+//	rscan2  reverse scan, 2 goroutines                                     (scans/s)
+//	fscan1  forward scan over fresh data, 1 goroutine   (scans/s)
+//	fscan2  forward scan over fresh data, 2 goroutines  (scans/s)
+//	frscan1 reverse scan over fresh data, 1 goroutine   (scans/s)
 //
-// Aliases: put = put1,put32; get = get1,get2; miss = miss1,miss2; all.
-// reopen, get and miss need the loaded store, so selecting any of them runs
-// the bulk load even if bulk itself is not reported.
+// The scan workloads run on the reopened loaded store after the Gets, each
+// for -duration per engine. A scan is one Scan call: one iterator, one seek
+// to a uniformly random existing key (forward: the first key >= it; reverse:
+// the last key < it), then up to -scanlen key/value reads, each key and
+// value appended to a reused buffer as a caller would. The f* workloads open
+// a fresh store per engine, write -freshkeys keys in random order in
+// unsynced batches of -batch, and scan it without closing it first (data in
+// memtables and live files, not sealed or compacted). Every scan's count,
+// first and last key and order are checked against the sorted key list (a
+// short scan fails the run); untimed warm-up scans (and every scan under
+// -checkscans) also check each key and value. Scan rows report scans/s as
+// their ops/s and, in a column of their own, keys/s.
+//
+// Aliases: put = put1,put32; get = get1,get2; miss = miss1,miss2;
+// scan = scan1,scan2,rscan1,rscan2; fscan = fscan1,fscan2,frscan1; all.
+// reopen, get, miss and scan need the loaded store, so selecting any of them
+// runs the bulk load even if bulk itself is not reported.
 package main
 
 import (
@@ -35,6 +56,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"time"
 
@@ -63,19 +85,37 @@ type config struct {
 	writers    int
 	batch      int
 	gets       int
+	scanLen    int
+	freshKeys  int
+	checkScans bool
 	keep       bool
 	quiet      bool
 	cpuprofile string
 	mutexprof  string
 }
 
-var allWorkloads = []string{"put1", "put32", "bulk", "reopen", "get1", "get2", "miss1", "miss2"}
+var allWorkloads = []string{
+	"put1", "put32", "bulk", "reopen", "get1", "get2", "miss1", "miss2",
+	"scan1", "scan2", "rscan1", "rscan2", "fscan1", "fscan2", "frscan1",
+}
 
 var aliases = map[string][]string{
-	"all":  allWorkloads,
-	"put":  {"put1", "put32"},
-	"get":  {"get1", "get2"},
-	"miss": {"miss1", "miss2"},
+	"all":   allWorkloads,
+	"put":   {"put1", "put32"},
+	"get":   {"get1", "get2"},
+	"miss":  {"miss1", "miss2"},
+	"scan":  {"scan1", "scan2", "rscan1", "rscan2"},
+	"fscan": {"fscan1", "fscan2", "frscan1"},
+}
+
+// aliasNames lists the aliases for messages, sorted.
+func aliasNames() string {
+	var names []string
+	for a := range aliases {
+		names = append(names, a)
+	}
+	slices.Sort(names)
+	return strings.Join(names, ", ")
 }
 
 func parseFlags(args []string, stderr io.Writer) (*config, error) {
@@ -84,15 +124,18 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	c := &config{}
 	var workloads, engines string
 	fs.IntVar(&c.n, "n", 1_000_000, "keys in the bulk-loaded store (100000 is the quick mode)")
-	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ",")+" (aliases: put, get, miss, all)")
+	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ",")+" (aliases: "+aliasNames()+")")
 	fs.StringVar(&engines, "engines", strings.Join(peers.Names(), ","), "comma-separated engines")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of the table")
 	fs.StringVar(&c.dir, "dir", os.TempDir(), "parent of the run's temporary directory (must be on the disk under test)")
-	fs.DurationVar(&c.duration, "duration", 4*time.Second, "measured time of each put workload per engine, split over -rounds")
+	fs.DurationVar(&c.duration, "duration", 4*time.Second, "measured time of each put workload per engine, split over -rounds; also of each scan workload per engine")
 	fs.IntVar(&c.rounds, "rounds", 2, "put workloads run the engines in this many alternating-order rounds, so disk drift hits all alike")
 	fs.IntVar(&c.writers, "writers", 32, "writers of put32")
 	fs.IntVar(&c.batch, "batch", 1000, "operations per batch in bulk")
 	fs.IntVar(&c.gets, "gets", 200_000, "Get calls per get/miss measurement (split over its goroutines)")
+	fs.IntVar(&c.scanLen, "scanlen", 100, "keys (with their values) each scan reads")
+	fs.IntVar(&c.freshKeys, "freshkeys", 200_000, "keys written to the fresh store of the fscan workloads")
+	fs.BoolVar(&c.checkScans, "checkscans", false, "check every measured scan key by key and value by value (slower; warm-up scans always are)")
 	fs.BoolVar(&c.keep, "keep", false, "keep the stores on disk after the run")
 	fs.BoolVar(&c.quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile here; samples are labelled phase=<engine>:<workload>")
@@ -116,6 +159,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-duration must be positive, got %v", c.duration)
 	case c.gets < 2:
 		return nil, fmt.Errorf("-gets must be at least 2, got %d", c.gets)
+	case c.scanLen < 1:
+		return nil, fmt.Errorf("-scanlen must be at least 1, got %d", c.scanLen)
+	case c.freshKeys < 1:
+		return nil, fmt.Errorf("-freshkeys must be at least 1, got %d", c.freshKeys)
 	}
 	var err error
 	if c.workloads, err = parseWorkloads(workloads); err != nil {
@@ -149,7 +196,7 @@ func parseWorkloads(s string) ([]string, error) {
 			continue
 		}
 		if !contains(allWorkloads, w) {
-			return nil, fmt.Errorf("unknown workload %q (have %s; aliases put, get, miss, all)", w, strings.Join(allWorkloads, ", "))
+			return nil, fmt.Errorf("unknown workload %q (have %s; aliases %s)", w, strings.Join(allWorkloads, ", "), aliasNames())
 		}
 		want[w] = true
 	}

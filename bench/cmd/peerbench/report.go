@@ -129,7 +129,14 @@ func writeTable(w io.Writer, res *results) error {
 		cfg := res.Configs[name]
 		fmt.Fprintf(&b, "  %-9s durable: %s\n  %-9s bulk:    %s\n", name, cfg[0], "", cfg[1])
 	}
-	b.WriteString("\nsegkv/peer: on ops/s rows above 1 means segkv is faster; on seconds rows below 1 means segkv is faster.\n\n")
+	b.WriteString("\nsegkv/peer: on ops/s rows above 1 means segkv is faster; on seconds rows below 1 means segkv is faster.\n")
+	if slices.ContainsFunc(res.Rows, func(r result) bool { return r.Keys > 0 }) {
+		fmt.Fprintf(&b, "scan rows: one op = one iterator + seek to a random key + up to %d key/value reads, for %v per workload; keys/s counts the keys read.\n", c.scanLen, c.duration)
+		if slices.ContainsFunc(res.Rows, func(r result) bool { return isFresh(r.Workload) }) {
+			fmt.Fprintf(&b, "fscan/frscan: a fresh store per engine, %d keys written unsynced in batches of %d, scanned without a close or reopen.\n", c.freshKeys, c.batch)
+		}
+	}
+	b.WriteString("\n")
 	if _, err := io.WriteString(w, b.String()); err != nil {
 		return err
 	}
@@ -143,16 +150,19 @@ func writeTable(w io.Writer, res *results) error {
 	})
 	var t strings.Builder
 	line := func(cols ...string) {
-		fmt.Fprintf(&t, "%-8s %-10s %15s %9s %9s %9s %11s\n", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6])
+		fmt.Fprintf(&t, "%-8s %-10s %15s %13s %9s %9s %9s %11s\n", cols[0], cols[1], cols[2], cols[3], cols[4], cols[5], cols[6], cols[7])
 	}
-	line("workload", "engine", "result", "p50", "p99", "disk", "segkv/peer")
+	line("workload", "engine", "result", "keys/s", "p50", "p99", "disk", "segkv/peer")
 	prev := ""
 	for _, r := range rows {
 		if prev != "" && r.Workload != prev {
 			t.WriteString("\n")
 		}
 		prev = r.Workload
-		lat50, lat99, disk, rat := "", "", "", ""
+		keys, lat50, lat99, disk, rat := "", "", "", "", ""
+		if r.Keys > 0 {
+			keys = commas(int64(r.KeysPerS + 0.5))
+		}
 		if r.P50us > 0 {
 			lat50, lat99 = fmt.Sprintf("%.0f us", r.P50us), fmt.Sprintf("%.0f us", r.P99us)
 		}
@@ -164,7 +174,7 @@ func writeTable(w io.Writer, res *results) error {
 				rat = fmt.Sprintf("%.2fx", x)
 			}
 		}
-		line(r.Workload, r.Engine, formatValue(r), lat50, lat99, disk, rat)
+		line(r.Workload, r.Engine, formatValue(r), keys, lat50, lat99, disk, rat)
 	}
 	if _, err := io.WriteString(w, t.String()); err != nil {
 		return err
@@ -208,6 +218,7 @@ func writeJSON(w io.Writer, res *results) error {
 	lines := []any{map[string]any{
 		"kind": "run", "n": c.n, "key_bytes": 32, "value_bytes": 100, "batch": c.batch,
 		"put_seconds": c.duration.Seconds(), "rounds": c.rounds, "writers": c.writers, "gets": c.gets,
+		"scan_seconds": c.duration.Seconds(), "scan_len": c.scanLen, "fresh_keys": c.freshKeys,
 		"dir": res.Root, "machine": res.Machine, "workloads": c.workloads, "engines": c.engines,
 	}}
 	for _, name := range c.engines {
