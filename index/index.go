@@ -94,6 +94,7 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -108,9 +109,13 @@ const (
 const (
 	// Magic identifies an index file.
 	Magic = "segkvidx"
-	// Version is the format version this package writes and the only one it
-	// reads.
-	Version uint32 = 1
+	// Version is the newest format version this package writes and reads.
+	// Encode writes version 1 for a segment without range tombstones (so
+	// indexes of such segments keep the bytes, and the checksums, they had
+	// before version 2) and version 2 for one with them.
+	Version uint32 = 2
+	// versionNoRanges is the format of an index without range tombstones.
+	versionNoRanges uint32 = 1
 
 	headerSize  = 64
 	trailerSize = 8
@@ -178,6 +183,7 @@ type Index struct {
 	filter   *bloom.BloomFilter
 	checksum uint64
 	id       Identity
+	ranges   *rangedel.Set // the segment's range tombstones (nil: none)
 }
 
 // Encode builds the index file bytes for entries, which must be sorted by key
@@ -185,6 +191,13 @@ type Index struct {
 // manifest records. Every entry must have a known kind and lie inside the
 // data file described by id.
 func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err error) {
+	return EncodeWithRanges(entries, nil, id)
+}
+
+// EncodeWithRanges is Encode for a segment that also holds range
+// tombstones: ranges is their union. The entries are the keys that survive
+// them, each newer than any of the segment's range tombstones covering it.
+func EncodeWithRanges(entries []Entry, ranges *rangedel.Set, id Identity) (data []byte, checksum uint64, err error) {
 	if id.DataLength < 0 {
 		return nil, 0, fmt.Errorf("%w: negative data length %d", ErrInvalidEntries, id.DataLength)
 	}
@@ -229,7 +242,15 @@ func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err err
 	wordsStart := headerSize + 8*w
 	offsStart := wordsStart + 8*uint64(n)
 	recStart := offsStart + 4*uint64(n+1)
-	total := recStart + recLen + trailerSize
+	version, rangeSection := versionNoRanges, []byte(nil)
+	if ranges.Len() > 0 {
+		version, rangeSection = Version, appendRanges(nil, ranges)
+	}
+	rangeLen := uint64(len(rangeSection))
+	if version >= 2 {
+		rangeLen += rangeTrailerSize
+	}
+	total := recStart + recLen + rangeLen + trailerSize
 	if total > math.MaxInt {
 		return nil, 0, fmt.Errorf("%w: index of %d bytes is too large", ErrInvalidEntries, total)
 	}
@@ -237,7 +258,7 @@ func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err err
 
 	le := binary.LittleEndian
 	copy(buf[offMagic:], Magic)
-	le.PutUint32(buf[offVersion:], Version)
+	le.PutUint32(buf[offVersion:], version)
 	le.PutUint32(buf[offFlags:], 0)
 	le.PutUint64(buf[offCount:], uint64(n))
 	le.PutUint64(buf[offDataLen:], uint64(id.DataLength))
@@ -264,6 +285,10 @@ func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err err
 		pos += recordMeta + uint32(len(e.Key))
 	}
 	le.PutUint32(offs[4*n:], pos)
+	if version >= 2 {
+		copy(buf[recStart+recLen:], rangeSection)
+		le.PutUint64(buf[total-trailerSize-rangeTrailerSize:], uint64(len(rangeSection)))
+	}
 
 	body := buf[:total-trailerSize]
 	sum := xxhash.Sum64(body)
@@ -290,8 +315,9 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 	if string(data[offMagic:offMagic+len(Magic)]) != Magic {
 		return nil, corruption.New(path, offMagic, "bad index magic %q", data[offMagic:offMagic+len(Magic)])
 	}
-	if v := le.Uint32(data[offVersion:]); v != Version {
-		return nil, corruption.New(path, offVersion, "unknown index format version %d (this build reads %d)", v, Version)
+	version := le.Uint32(data[offVersion:])
+	if version != versionNoRanges && version != Version {
+		return nil, corruption.New(path, offVersion, "unknown index format version %d (this build reads %d and %d)", version, versionNoRanges, Version)
 	}
 	// The file's own checksum first: it tells a torn or damaged file from an
 	// intact one built for something else, which the next checks report.
@@ -338,11 +364,22 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 	if recLen > math.MaxUint32 || recLen > size {
 		return nil, corruption.New(path, offRecLen, "record area length %d does not fit a %d-byte index", recLen, size)
 	}
+	var rangeLen uint64 // the range section and its length field
+	if version >= 2 {
+		if size < headerSize+rangeTrailerSize+trailerSize {
+			return nil, corruption.New(path, int64(size), "version %d index of %d bytes has no room for its range section length", version, size)
+		}
+		q := le.Uint64(data[size-trailerSize-rangeTrailerSize:])
+		if q > size {
+			return nil, corruption.New(path, int64(size-trailerSize-rangeTrailerSize), "range section length %d does not fit a %d-byte index", q, size)
+		}
+		rangeLen = q + rangeTrailerSize
+	}
 	w := wordsFor(m)
 	wordsStart := headerSize + 8*w
 	offsStart := wordsStart + 8*n
 	recStart := offsStart + 4*(n+1)
-	want := recStart + recLen + trailerSize
+	want := recStart + recLen + rangeLen + trailerSize
 	if want != size {
 		return nil, corruption.New(path, offCount,
 			"index is %d bytes, its header (n=%d, records=%d, bloom=%d bits) implies %d", size, n, recLen, m, want)
@@ -404,7 +441,21 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 	for i := range fences {
 		fences[i] = binary.BigEndian.Uint64(searchWords[8*fenceStride*i:])
 	}
+	var ranges *rangedel.Set
+	if version >= 2 {
+		section := data[recStart+recLen : recStart+recLen+rangeLen-rangeTrailerSize]
+		var err error
+		if ranges, err = decodeRanges(section); err != nil {
+			return nil, corruption.New(path, int64(recStart+recLen), "range section: %v", err)
+		}
+		if ranges.Len() == 0 {
+			// Encode writes version 1 when there are no ranges; a version 2
+			// file without any is not one it made.
+			return nil, corruption.New(path, int64(recStart+recLen), "version %d index with an empty range section", version)
+		}
+	}
 	return &Index{
+		ranges:   ranges,
 		data:     data,
 		n:        int(n),
 		prefix:   prefix,
@@ -466,6 +517,67 @@ func Write(fsys vfs.FS, path string, data []byte) error {
 
 // Len returns the number of entries.
 func (ix *Index) Len() int { return ix.n }
+
+// Ranges returns the union of the segment's range tombstones (nil: none).
+// They delete keys in older segments; the segment's own entries are newer
+// than any of them.
+func (ix *Index) Ranges() *rangedel.Set { return ix.ranges }
+
+// rangeTrailerSize is the size of the range section's length field.
+const rangeTrailerSize = 8
+
+// appendRanges encodes the range section: the span count, u32, then each
+// span as a u32 start length, the start, a u32 end length and the end.
+func appendRanges(dst []byte, ranges *rangedel.Set) []byte {
+	le := binary.LittleEndian
+	dst = le.AppendUint32(dst, uint32(ranges.Len()))
+	for _, sp := range ranges.Spans() {
+		dst = le.AppendUint32(dst, uint32(len(sp.Start)))
+		dst = append(dst, sp.Start...)
+		dst = le.AppendUint32(dst, uint32(len(sp.End)))
+		dst = append(dst, sp.End...)
+	}
+	return dst
+}
+
+// decodeRanges decodes a range section; the spans alias b.
+func decodeRanges(b []byte) (*rangedel.Set, error) {
+	le := binary.LittleEndian
+	if len(b) < 4 {
+		return nil, fmt.Errorf("%d bytes cannot hold a span count", len(b))
+	}
+	count := uint64(le.Uint32(b))
+	b = b[4:]
+	if count > uint64(len(b))/8 {
+		return nil, fmt.Errorf("%d spans do not fit %d bytes", count, len(b))
+	}
+	spans := make([]rangedel.Span, count)
+	field := func() ([]byte, error) {
+		if len(b) < 4 {
+			return nil, errors.New("section ends inside a span")
+		}
+		l := uint64(le.Uint32(b))
+		if l > uint64(len(b)-4) {
+			return nil, fmt.Errorf("key of %d bytes overruns the section", l)
+		}
+		k := b[4 : 4+l : 4+l]
+		b = b[4+l:]
+		return k, nil
+	}
+	for i := range spans {
+		var err error
+		if spans[i].Start, err = field(); err != nil {
+			return nil, err
+		}
+		if spans[i].End, err = field(); err != nil {
+			return nil, err
+		}
+	}
+	if len(b) != 0 {
+		return nil, fmt.Errorf("%d bytes after the last span", len(b))
+	}
+	return rangedel.FromCanonical(spans)
+}
 
 // Checksum returns the index's body checksum (the value the manifest records).
 func (ix *Index) Checksum() uint64 { return ix.checksum }

@@ -346,7 +346,7 @@ func TestDecodeRejectsUnknownVersionAndFlags(t *testing.T) {
 		want string
 	}{{8, "version"}, {12, "flags"}} {
 		bad := bytes.Clone(data)
-		binary.LittleEndian.PutUint32(bad[field.off:], 2)
+		binary.LittleEndian.PutUint32(bad[field.off:], 0x7f)
 		sum := reseal(bad)
 		_, err := Decode("v.idx", bad, sum, testID)
 		ce := requireCorrupt(t, err)

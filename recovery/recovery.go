@@ -581,9 +581,9 @@ func BuildIndex(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
 		return nil, fmt.Errorf("recovery: open %s: %w", dataPath, err)
 	}
 	defer f.Close()
-	latest := map[string]index.Entry{}
+	ib := NewIndexBuilder()
 	rr, err := segment.ReplayFile(f, dataPath, length, func(r segment.Record, off int64, n int) error {
-		latest[string(r.Key)] = index.Entry{Kind: r.Kind, Offset: off, Length: uint32(n)}
+		ib.Add(r, off, n)
 		return nil
 	})
 	if err != nil {
@@ -596,8 +596,8 @@ func BuildIndex(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
 	if err != nil {
 		return nil, err
 	}
-	entries := EntriesFromMap(latest)
-	data, sum, err := index.Encode(entries, index.Identity{DataLength: length, DataDigest: digest})
+	entries, ranges := ib.Finish()
+	data, sum, err := index.EncodeWithRanges(entries, ranges, index.Identity{DataLength: length, DataDigest: digest})
 	if err != nil {
 		return nil, fmt.Errorf("recovery: encode index of %s: %w", dataPath, err)
 	}

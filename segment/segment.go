@@ -8,8 +8,12 @@
 //
 //	offset  size  field
 //	0       8     magic "segkvdat"
-//	8       4     format version, little endian (currently 1)
+//	8       4     format version, little endian (currently 2)
 //	12      4     reserved, zero
+//
+// Version 2 (written since range tombstones) differs from version 1 only in
+// allowing kind 4 records; both are read.
+//
 //	16      ...   wal frames (see package wal), back to back
 //
 // The header carries no store-specific identity on purpose: an exported
@@ -23,7 +27,7 @@
 // lost together, which is what makes a batch atomic across crashes.
 //
 //	size      field
-//	1         kind: 1 put, 2 delete, 3 link
+//	1         kind: 1 put, 2 delete, 3 link, 4 range delete
 //	uvarint   key length
 //	uvarint   value length
 //	...       key
@@ -31,7 +35,10 @@
 //	4         checksum: low 32 bits of xxhash64 of the record's bytes before it
 //
 // The per-record checksum lets a point read verify the one record it fetched
-// without reading the whole frame. A delete has an empty value. A link record
+// without reading the whole frame. A delete has an empty value. A range
+// delete's key is the range's start and its value the range's end
+// (exclusive), start < end; it deletes the keys in the range from all older
+// data, including the records before it in its own file. A link record
 // (empty key, 16-byte value: previous data file id u64, previous file's data
 // length u64) is the first record of a live file that continues another: it
 // lets recovery tell whether the previous file lost a torn tail, in which
@@ -52,8 +59,17 @@ import (
 	"github.com/segkv/segkv/wal"
 )
 
-// Version is the data file format version this package writes and reads.
-const Version = 1
+// Version is the data file format version this package writes. It reads
+// this one and MinVersion.
+//
+// Version 2 added range tombstone records (kind 4). A version-1 reader would
+// take one for a damaged record and cut the live file there, losing the
+// writes after it; the version bump makes it refuse the file instead.
+const Version = 2
+
+// MinVersion is the oldest data file version this package reads: version 1
+// files differ only in never holding a range tombstone.
+const MinVersion = 1
 
 // HeaderSize is the size of the data file header; frames start here.
 const HeaderSize = 16
@@ -66,6 +82,9 @@ const (
 	KindPut    uint8 = 1
 	KindDelete uint8 = 2
 	KindLink   uint8 = 3
+	// KindRangeDelete deletes every key k with Key <= k < Value from all
+	// older data and from the records before it in its own file.
+	KindRangeDelete uint8 = 4
 )
 
 // linkValueSize is the size of a link record's value.
@@ -91,8 +110,8 @@ func CheckHeader(path string, h []byte) error {
 	if string(h[:8]) != Magic {
 		return corruption.New(path, 0, "bad magic %q", h[:8])
 	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v != Version {
-		return corruption.New(path, 8, "unknown data file version %d (this build reads %d)", v, Version)
+	if v := binary.LittleEndian.Uint32(h[8:]); v < MinVersion || v > Version {
+		return corruption.New(path, 8, "unknown data file version %d (this build reads %d to %d)", v, MinVersion, Version)
 	}
 	if binary.LittleEndian.Uint32(h[12:]) != 0 {
 		return corruption.New(path, 12, "reserved header field is not zero")
@@ -153,7 +172,7 @@ func DecodeRecord(b []byte) (Record, int, error) {
 		return Record{}, 0, fmt.Errorf("%w: %d bytes is too short", errBadRecord, len(b))
 	}
 	kind := b[0]
-	if kind != KindPut && kind != KindDelete && kind != KindLink {
+	if kind != KindPut && kind != KindDelete && kind != KindLink && kind != KindRangeDelete {
 		return Record{}, 0, fmt.Errorf("%w: unknown kind %d", errBadRecord, kind)
 	}
 	pos := 1
@@ -182,6 +201,9 @@ func DecodeRecord(b []byte) (Record, int, error) {
 	pos += recordTrailer
 	if kind == KindDelete && vlen != 0 {
 		return Record{}, 0, fmt.Errorf("%w: delete with a value", errBadRecord)
+	}
+	if kind == KindRangeDelete && bytes.Compare(key, value) >= 0 {
+		return Record{}, 0, fmt.Errorf("%w: range tombstone with start %q not below end %q", errBadRecord, key, value)
 	}
 	return Record{Kind: kind, Key: key, Value: value}, pos, nil
 }

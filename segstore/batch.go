@@ -1,6 +1,7 @@
 package segstore
 
 import (
+	"bytes"
 	"fmt"
 
 	"github.com/segkv/segkv/segment"
@@ -35,6 +36,7 @@ const maxPooledBatchBytes = 4 << 20
 // publish it to the key directory without decoding the batch again.
 type batchEntry struct {
 	keyOff, keyLen int
+	valLen         int // the value follows the key
 	recOff, recLen int
 	kind           uint8
 }
@@ -69,6 +71,28 @@ func (b *Batch) Delete(key []byte) error {
 	return b.add(segment.KindDelete, key, nil)
 }
 
+// DeleteRange adds a deletion of every key k with start <= k < end (end
+// exclusive, as in Pebble): one record, applied atomically with the rest of
+// the batch. Keys put later, in this batch or after it, are not affected. An
+// empty start means from the first key; start == end deletes nothing and
+// adds nothing; start > end is ErrInvalidRange.
+func (b *Batch) DeleteRange(start, end []byte) error {
+	if b == nil || b.store == nil {
+		return fmt.Errorf("%w: a Batch must come from Store.NewBatch", ErrInvalidBatch)
+	}
+	if b.err != nil {
+		return b.err
+	}
+	if err := b.store.validateRange(start, end); err != nil {
+		b.err = err
+		return err
+	}
+	if bytes.Equal(start, end) {
+		return nil
+	}
+	return b.add(segment.KindRangeDelete, start, end)
+}
+
 // Len returns the number of operations in the batch.
 func (b *Batch) Len() int {
 	if b == nil {
@@ -96,9 +120,11 @@ func (b *Batch) add(kind uint8, key, value []byte) error {
 	if b.err != nil {
 		return b.err
 	}
-	if err := b.store.validate(key, value); err != nil {
-		b.err = err
-		return err
+	if kind != segment.KindRangeDelete {
+		if err := b.store.validate(key, value); err != nil {
+			b.err = err
+			return err
+		}
 	}
 	if len(b.buf)+segment.EncodedLen(len(key), len(value)) > maxBatchPayload {
 		b.err = fmt.Errorf("%w: more than %d bytes", ErrBatchTooLarge, maxBatchPayload)
@@ -109,7 +135,7 @@ func (b *Batch) add(kind uint8, key, value []byte) error {
 	// The key follows the kind byte and the two length varints.
 	keyOff := start + 1 + uvarintLen(len(key)) + uvarintLen(len(value))
 	b.entries = append(b.entries, batchEntry{
-		keyOff: keyOff, keyLen: len(key),
+		keyOff: keyOff, keyLen: len(key), valLen: len(value),
 		recOff: start, recLen: len(b.buf) - start,
 		kind: kind,
 	})
@@ -118,6 +144,10 @@ func (b *Batch) add(kind uint8, key, value []byte) error {
 }
 
 func (b *Batch) key(e batchEntry) []byte { return b.buf[e.keyOff : e.keyOff+e.keyLen] }
+
+func (b *Batch) value(e batchEntry) []byte {
+	return b.buf[e.keyOff+e.keyLen : e.keyOff+e.keyLen+e.valLen]
+}
 
 func uvarintLen(v int) int {
 	n := 1

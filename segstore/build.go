@@ -9,22 +9,23 @@ import (
 
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
 
 // buildSegment encodes the index of a complete data file (entries sorted,
-// one per key), decodes it for readers and fills in the manifest entry. It
+// one per key, and the union of its range tombstones), decodes it for readers and fills in the manifest entry. It
 // writes nothing: the caller decides when the index file is written (it is
 // never synced) and commits the entry. Order 0 means "assign at commit".
-func (s *Store) buildSegment(df *dataFile, length int64, digest uint64, entries []index.Entry, records uint64, order uint64) (*sealed, []byte, error) {
+func (s *Store) buildSegment(df *dataFile, length int64, digest uint64, entries []index.Entry, ranges *rangedel.Set, records uint64, order uint64) (*sealed, []byte, error) {
 	if s.hooks.beforeBuild != nil {
 		if err := s.hooks.beforeBuild(df.path); err != nil {
 			return nil, nil, fmt.Errorf("segkv: build index of %s: %w", df.path, err)
 		}
 	}
 	ident := index.Identity{DataLength: length, DataDigest: digest}
-	ixData, ixSum, err := index.Encode(entries, ident)
+	ixData, ixSum, err := index.EncodeWithRanges(entries, ranges, ident)
 	if err != nil {
 		return nil, nil, fmt.Errorf("segkv: encode index of %s: %w", df.path, err)
 	}

@@ -1,10 +1,13 @@
 package segstore
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"slices"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 )
@@ -42,11 +45,10 @@ func (s *Store) Check() error {
 }
 
 func (s *Store) checkTail(t *tail) error {
-	want := map[string]liveEntry{}
-	records := 0
+	// The directory the file implies, built by the same rule publishes use.
+	want := newTail(s, t.id)
 	res, err := segment.ReplayFile(t.file, t.path, t.w.Offset(), func(r segment.Record, off int64, n int) error {
-		want[string(r.Key)] = liveEntry{key: string(r.Key), off: off, length: uint32(n), kind: r.Kind}
-		records++
+		want.apply(r.Kind, r.Key, r.Value, off, n)
 		return nil
 	})
 	if err != nil {
@@ -57,16 +59,21 @@ func (s *Store) checkTail(t *tail) error {
 	}
 	t.mu.RLock()
 	defer t.mu.RUnlock()
-	if records != t.records {
-		return fmt.Errorf("segkv: check %s: file holds %d records, key directory counted %d", t.path, records, t.records)
+	if want.records != t.records {
+		return fmt.Errorf("segkv: check %s: file holds %d records, key directory counted %d", t.path, want.records, t.records)
 	}
-	if len(want) != t.keys.len() {
-		return fmt.Errorf("segkv: check %s: file holds %d keys, key directory %d", t.path, len(want), t.keys.len())
+	if want.keys.len() != t.keys.len() {
+		return fmt.Errorf("segkv: check %s: file holds %d keys, key directory %d", t.path, want.keys.len(), t.keys.len())
+	}
+	if !slices.EqualFunc(want.ranges.Spans(), t.ranges.Spans(), func(a, b rangedel.Span) bool {
+		return bytes.Equal(a.Start, b.Start) && bytes.Equal(a.End, b.End)
+	}) {
+		return fmt.Errorf("segkv: check %s: file holds range tombstones %q, key directory %q", t.path, want.ranges.Spans(), t.ranges.Spans())
 	}
 	var bad error
 	var prev *liveEntry
 	t.keys.tr.Scan(func(l liveEntry) bool {
-		if w := want[l.key]; w != l {
+		if w, ok := want.keys.tr.Get(l); !ok || w != l {
 			bad = fmt.Errorf("segkv: check %s: key %q at %+v in the key directory, newest record at %+v", t.path, l.key, l, w)
 		} else if prev != nil && l.key <= prev.key {
 			bad = fmt.Errorf("segkv: check %s: key directory out of order at %q after %q", t.path, l.key, prev.key)

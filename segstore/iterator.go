@@ -5,6 +5,7 @@ import (
 	"container/heap"
 
 	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 )
 
@@ -30,6 +31,9 @@ type Iterator struct {
 	key    []byte
 	cur    iterEntry
 	err    error
+	// rangesUpTo is one past the oldest source with range tombstones: only
+	// sources below it can delete an older source's key.
+	rangesUpTo int
 }
 
 type iterEntry struct {
@@ -53,10 +57,11 @@ type cursor interface {
 // iterSource is one input of the merge. k caches the cursor's current key,
 // which the heap compares many times per step.
 type iterSource struct {
-	prio int // 0 is the newest source
-	df   *dataFile
-	cur  cursor
-	k    []byte
+	prio   int // 0 is the newest source, its index in Iterator.srcs
+	df     *dataFile
+	cur    cursor
+	k      []byte
+	ranges *rangedel.Set // the source's range tombstones
 }
 
 // move records the outcome of a cursor move.
@@ -178,12 +183,17 @@ func (sn *Snapshot) newIterator(opts *IterOptions) *Iterator {
 	// are: creating an iterator copies and sorts nothing.
 	prio := 0
 	for _, v := range sn.tails {
-		it.srcs = append(it.srcs, &iterSource{prio: prio, df: v.t.df, cur: newLiveCursor(v.keys)})
+		it.srcs = append(it.srcs, &iterSource{prio: prio, df: v.t.df, cur: newLiveCursor(v.keys), ranges: v.ranges})
 		prio++
 	}
 	for _, sg := range sn.segs {
-		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, cur: &indexCursor{ix: sg.ix}})
+		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, cur: &indexCursor{ix: sg.ix}, ranges: sg.ix.Ranges()})
 		prio++
+	}
+	for _, src := range it.srcs {
+		if src.ranges.Len() > 0 {
+			it.rangesUpTo = src.prio + 1
+		}
 	}
 	return it
 }
@@ -283,6 +293,7 @@ func (it *Iterator) step() bool {
 			break
 		}
 		best := top.entry()
+		deleted := best.kind == segment.KindDelete || it.rangeDeleted(key, top.prio)
 		// Step every source past this key; the first popped has the best prio.
 		for it.h.Len() > 0 && bytes.Equal(it.h.srcs[0].k, key) {
 			src := it.h.srcs[0]
@@ -298,13 +309,25 @@ func (it *Iterator) step() bool {
 				heap.Pop(&it.h)
 			}
 		}
-		if best.kind == segment.KindDelete {
+		if deleted {
 			continue
 		}
 		it.key, it.cur, it.valid = key, best, true
 		return true
 	}
 	it.valid = false
+	return false
+}
+
+// rangeDeleted reports whether a range tombstone of a source newer than
+// prio deletes key. (A source's own range tombstones never delete its own
+// keys: those are newer, or were removed when the tombstone was applied.)
+func (it *Iterator) rangeDeleted(key []byte, prio int) bool {
+	for _, src := range it.srcs[:min(prio, it.rangesUpTo)] {
+		if src.ranges.Covers(key) {
+			return true
+		}
+	}
 	return false
 }
 

@@ -52,6 +52,11 @@ func (x liveIndex) get(key []byte) (liveEntry, bool) {
 	return x.tr.Get(liveEntry{key: borrowString(key)})
 }
 
+// deleteRange removes every key k with start <= k < end.
+func (x liveIndex) deleteRange(start, end []byte) {
+	x.tr.DeleteRange(liveEntry{key: borrowString(start)}, liveEntry{key: borrowString(end)}, &btree.DeleteRangeOptions{NoReturn: true})
+}
+
 // len returns the number of keys.
 func (x liveIndex) len() int { return x.tr.Len() }
 

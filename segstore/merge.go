@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/wal"
 )
@@ -145,14 +146,27 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	s.mergeMu.Lock()
 	defer s.mergeMu.Unlock()
 
+	// The run is picked and claimed under commitMu, so that no commit drops
+	// one of its segments under a range tombstone (coveredByRanges leaves
+	// claimed segments alone) between the pick and the merge's own commit.
+	s.commitMu.Lock()
 	s.mu.RLock()
 	oldestFirst := slices.Clone(s.mu.segs)
 	s.mu.RUnlock()
 	slices.Reverse(oldestFirst)
 	run := pickRun(oldestFirst, s.mergeOpts, full)
+	for _, sg := range run {
+		s.merging[sg.meta.ID] = true
+	}
+	s.commitMu.Unlock()
 	if len(run) == 0 {
 		return false, nil
 	}
+	defer func() {
+		s.commitMu.Lock()
+		clear(s.merging)
+		s.commitMu.Unlock()
+	}()
 	// Only merges remove segments and only one merge runs at a time, so the
 	// oldest segment now is still the oldest when this step commits: a run
 	// that starts there has nothing older that a tombstone could be hiding.
@@ -271,6 +285,30 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 		return ctx.Err()
 	}
 
+	// Range tombstones go first in the output, so that every point record,
+	// which survived them, comes after them in the file, as the index
+	// builder's rule (a range tombstone deletes the records before it)
+	// requires. They are kept unless nothing older than the run exists for
+	// them to delete.
+	var ranges *rangedel.Set
+	if !dropTombstones {
+		sets := make([]*rangedel.Set, len(run))
+		for i, sg := range run {
+			sets[i] = sg.ix.Ranges()
+		}
+		ranges = rangedel.Merge(sets...)
+	}
+	for _, sp := range ranges.Spans() {
+		payload = segment.AppendRecord(payload, segment.KindRangeDelete, sp.Start, sp.End)
+		records++
+	}
+	// newerRanges[i] is the union of the range tombstones of the inputs
+	// newer than input i: a key input i holds is deleted if it covers it.
+	newerRanges := make([]*rangedel.Set, len(run))
+	for i := len(run) - 2; i >= 0; i-- {
+		newerRanges[i] = rangedel.Merge(newerRanges[i+1], run[i+1].ix.Ranges())
+	}
+
 	cursors := make([]*mergeCursor, len(run))
 	for i, sg := range run {
 		cursors[i] = &mergeCursor{sg: sg}
@@ -303,7 +341,7 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 				c.pos++
 			}
 		}
-		if e.Kind == index.KindDelete && dropTombstones {
+		if e.Kind == index.KindDelete && dropTombstones || newerRanges[best].Covers(key) {
 			continue
 		}
 		if cap(buf) < int(e.Length) {
@@ -341,7 +379,7 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return nil, fmt.Errorf("segkv: sync directory for merge output: %w", err)
 	}
-	sg, ixData, err := s.buildSegment(df, length, digest, entries, records, maxOrder)
+	sg, ixData, err := s.buildSegment(df, length, digest, entries, ranges, records, maxOrder)
 	if err != nil {
 		return nil, err
 	}

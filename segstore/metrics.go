@@ -17,6 +17,7 @@ type counters struct {
 	indexRebuilds  atomic.Int64
 	writeStalls    atomic.Int64
 	imports        atomic.Int64
+	rangeDrops     atomic.Int64
 }
 
 // Metrics is a point-in-time summary of the store.
@@ -39,6 +40,9 @@ type Metrics struct {
 	WriteStalls    int64 // writes that waited for a seal's switch
 	OpenSnapshots  int64 // snapshots and iterators not yet closed
 	Imported       int64 // segments adopted by Import
+	// RangeDropped counts sealed segments dropped whole because a newer
+	// range tombstone covers every key they hold.
+	RangeDropped int64
 }
 
 // Metrics returns the store's current metrics.
@@ -59,6 +63,7 @@ func (s *Store) Metrics() Metrics {
 		WriteStalls:    s.stats.writeStalls.Load(),
 		OpenSnapshots:  s.snapshots.Load(),
 		Imported:       s.stats.imports.Load(),
+		RangeDropped:   s.stats.rangeDrops.Load(),
 	}
 	s.mu.RLock()
 	m.Segments = len(s.mu.segs)

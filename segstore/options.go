@@ -144,6 +144,7 @@ var (
 	ErrValueTooLarge = errors.New("segkv: value too large")
 	ErrBatchTooLarge = errors.New("segkv: batch too large")
 	ErrInvalidOption = errors.New("segkv: invalid option")
+	ErrInvalidRange  = errors.New("segkv: invalid range: start after end")
 	ErrInvalidBatch  = errors.New("segkv: invalid batch: not made by this store's NewBatch, or already applied")
 	// ErrFailed is returned by every write after a write or fsync failure.
 	// The store stops accepting writes instead of retrying fsync, because a

@@ -111,7 +111,7 @@ func keyOwners(s *Store, keys []string) map[string]string {
 	defer s.mu.RUnlock()
 	out := map[string]string{}
 	for _, k := range keys {
-		if _, ok := s.mu.tail.lookup([]byte(k)); ok {
+		if _, ok, _ := s.mu.tail.lookup([]byte(k)); ok {
 			out[k] = s.mu.tail.path
 			continue
 		}

@@ -1,11 +1,14 @@
 package segstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 
 	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
@@ -205,10 +208,10 @@ func (s *Store) completeSeal(t *tail, liveID uint64) error {
 	// the walk reads a directory that no longer changes; the lock is for the
 	// race detector's sake and costs nothing.
 	t.mu.RLock()
-	entries := t.keys.indexEntries()
+	entries, ranges := t.keys.indexEntries(), t.ranges
 	records := t.records
 	t.mu.RUnlock()
-	seg, ixData, err := s.buildSegment(t.df, end, digest, entries, uint64(records), 0)
+	seg, ixData, err := s.buildSegment(t.df, end, digest, entries, ranges, uint64(records), 0)
 	if err != nil {
 		return err
 	}
@@ -241,6 +244,8 @@ func (s *Store) completeSeal(t *tail, liveID uint64) error {
 func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, install func()) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	covered := s.coveredByRanges(add, remove)
+	remove = append(slices.Clone(remove), covered...)
 	metas := make([]manifestlog.SegmentMeta, len(add))
 	for i, sg := range add {
 		metas[i] = sg.meta
@@ -282,7 +287,65 @@ func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, in
 	for _, sg := range retired {
 		sg.df.retire()
 	}
+	if len(covered) > 0 {
+		s.stats.rangeDrops.Add(int64(len(covered)))
+		s.log.Debug("segkv: dropped segments under a range tombstone", "segments", covered)
+	}
 	return nil
+}
+
+// coveredByRanges returns the sealed segments that a commit adding add
+// makes dead: older than an added segment and holding nothing outside one
+// span of its range tombstones (neither a key nor a range tombstone of
+// their own, which could still delete keys outside it in older segments).
+// Dropping them in the same commit that makes the tombstone durable frees
+// whole files at O(segments) cost. Segments already in remove, and the
+// inputs of a merge in progress (which will remove them itself), are left
+// out. commitMu held.
+func (s *Store) coveredByRanges(add []*sealed, remove []uint64) []uint64 {
+	var out []uint64
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, a := range add {
+		ranges := a.ix.Ranges()
+		if ranges.Len() == 0 {
+			continue
+		}
+		for _, sg := range s.mu.segs {
+			// Order 0 means "the newest, assigned at commit": everything
+			// installed is older.
+			older := a.meta.Order == 0 || sg.meta.Order < a.meta.Order
+			if !older || containsID(remove, sg.meta.ID) || containsID(out, sg.meta.ID) || s.merging[sg.meta.ID] {
+				continue
+			}
+			if sp, ok := segmentSpan(sg); ok && ranges.ContainsSpan(sp) {
+				out = append(out, sg.meta.ID)
+			}
+		}
+	}
+	return out
+}
+
+// segmentSpan returns the smallest span holding every key and every range
+// tombstone of sg; ok is false for a segment that holds neither.
+func segmentSpan(sg *sealed) (rangedel.Span, bool) {
+	var sp rangedel.Span
+	ok := false
+	if sg.ix.Len() > 0 {
+		// The end is exclusive: the key right after MaxKey.
+		sp = rangedel.Span{Start: sg.ix.At(0).Key, End: append(bytes.Clone(sg.ix.At(sg.ix.Len()-1).Key), 0)}
+		ok = true
+	}
+	if start, end, has := sg.ix.Ranges().Bounds(); has {
+		if !ok || bytes.Compare(start, sp.Start) < 0 {
+			sp.Start = start
+		}
+		if !ok || bytes.Compare(end, sp.End) > 0 {
+			sp.End = end
+		}
+		ok = true
+	}
+	return sp, ok
 }
 
 func containsID(ids []uint64, id uint64) bool {

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 )
 
@@ -49,7 +50,7 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 	for _, t := range [2]*tail{s.mu.tail, s.mu.frozen} {
 		if t != nil {
 			t.df.pin()
-			sn.tails = append(sn.tails, tailView{t: t, keys: t.view()})
+			sn.tails = append(sn.tails, t.view())
 		}
 	}
 	for _, sg := range sn.segs {
@@ -63,8 +64,9 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 // frozen copy of its key directory, which no one writes and any goroutine
 // may read without a lock.
 type tailView struct {
-	t    *tail
-	keys liveIndex
+	t      *tail
+	keys   liveIndex
+	ranges *rangedel.Set
 }
 
 // Close releases the snapshot. Later Gets return ErrClosed.
@@ -97,6 +99,9 @@ func (sn *Snapshot) Get(key []byte) ([]byte, error) {
 	for _, v := range sn.tails {
 		l, ok := v.keys.get(key)
 		if !ok {
+			if v.ranges.Covers(key) {
+				return nil, ErrNotFound
+			}
 			continue
 		}
 		if l.kind == segment.KindDelete {

@@ -11,6 +11,7 @@
 package segstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -25,6 +26,7 @@ import (
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
@@ -109,8 +111,11 @@ type Store struct {
 	writeMu sync.RWMutex
 
 	// commitMu makes a manifest commit and the install of its result in the
-	// read view one step, so that the view changes in manifest order.
+	// read view one step, so that the view changes in manifest order. It
+	// also guards merging: the ids of the segments the merge in progress
+	// reads, which no other commit may remove.
 	commitMu sync.Mutex
+	merging  map[uint64]bool
 
 	// mu guards the read view. Readers hold it shared for the duration of a
 	// lookup, so a segment removed from segs under the exclusive lock is no
@@ -145,11 +150,28 @@ type tail struct {
 	// recovery before it changed anything (0 for a file a seal re-reads).
 	sealDigest uint64
 
-	// mu guards keys and records: publishes hold it exclusively, lookups
-	// shared, and a snapshot exclusively for the instant it copies keys.
-	mu      sync.RWMutex
-	keys    liveIndex
+	// mu guards keys, ranges and records: publishes hold it exclusively,
+	// lookups shared, and a snapshot exclusively for the instant it copies
+	// keys.
+	mu   sync.RWMutex
+	keys liveIndex
+	// ranges is the union of the file's range tombstones. It is replaced,
+	// never modified, so a snapshot shares it. Applying a range tombstone
+	// removes the keys it covers from keys, so every key in keys is newer
+	// than any of the file's range tombstones covering it.
+	ranges  *rangedel.Set
 	records int
+}
+
+// apply records one record of the file, in file order; mu held exclusively.
+func (t *tail) apply(kind uint8, key, value []byte, off int64, length int) {
+	t.records++
+	if kind == segment.KindRangeDelete {
+		t.keys.deleteRange(key, value)
+		t.ranges = t.ranges.With(rangedel.Span{Start: key, End: value})
+		return
+	}
+	t.keys.set(liveEntry{key: string(key), off: off, length: uint32(length), kind: kind})
 }
 
 func newTail(s *Store, id uint64) *tail {
@@ -191,7 +213,7 @@ func open(dir string, opts *Options, hooks testHooks) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, hooks: hooks}
+	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, hooks: hooks, merging: map[uint64]bool{}}
 	s.closing, s.cancelClose = context.WithCancel(context.Background())
 	if err := s.fs.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("segkv: create %s: %w", dir, err)
@@ -242,8 +264,7 @@ func (s *Store) recover() error {
 				t = newTail(s, id)
 				tails[id] = t
 			}
-			t.keys.set(liveEntry{key: string(r.Key), off: off, length: uint32(length), kind: r.Kind})
-			t.records++
+			t.apply(r.Kind, r.Key, r.Value, off, length)
 			return nil
 		},
 	})
@@ -391,24 +412,26 @@ func (t *tail) publish(reqs []*wal.Request) {
 			continue
 		}
 		for _, e := range b.entries {
-			t.keys.set(liveEntry{key: string(b.key(e)), off: r.Offset + int64(e.recOff), length: uint32(e.recLen), kind: e.kind})
+			t.apply(e.kind, b.key(e), b.value(e), r.Offset+int64(e.recOff), e.recLen)
 		}
-		t.records += len(b.entries)
 	}
 }
 
-func (t *tail) lookup(key []byte) (liveEntry, bool) {
+// lookup returns the entry of key, or whether one of the file's range
+// tombstones deletes it.
+func (t *tail) lookup(key []byte) (e liveEntry, found, deleted bool) {
 	t.mu.RLock()
-	e, ok := t.keys.get(key)
-	t.mu.RUnlock()
-	return e, ok
+	defer t.mu.RUnlock()
+	e, found = t.keys.get(key)
+	return e, found, !found && t.ranges.Covers(key)
 }
 
-// view returns a frozen copy of the key directory, in O(1).
-func (t *tail) view() liveIndex {
+// view returns a frozen copy of the key directory and the range tombstones,
+// in O(1).
+func (t *tail) view() tailView {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return t.keys.copy()
+	return tailView{t: t, keys: t.keys.copy(), ranges: t.ranges}
 }
 
 func sortSegments(segs []*sealed) {
@@ -431,6 +454,27 @@ func (s *Store) validate(key, value []byte) error {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrValueTooLarge, len(value), s.opts.MaxValueSize)
 	}
 	return nil
+}
+
+// validateRange checks the bounds of a range deletion.
+func (s *Store) validateRange(start, end []byte) error {
+	for _, k := range [2][]byte{start, end} {
+		if len(k) > s.opts.MaxKeySize {
+			return fmt.Errorf("%w: range bound of %d bytes, limit %d", ErrKeyTooLarge, len(k), s.opts.MaxKeySize)
+		}
+	}
+	if bytes.Compare(start, end) > 0 {
+		return fmt.Errorf("%w: start %q is after end %q", ErrInvalidRange, truncateKey(start), truncateKey(end))
+	}
+	return nil
+}
+
+// truncateKey shortens a key for an error message.
+func truncateKey(k []byte) []byte {
+	if len(k) > 32 {
+		return k[:32]
+	}
+	return k
 }
 
 // failed returns ErrFailed with its cause once the store has failed.
@@ -461,6 +505,19 @@ func (s *Store) Put(key, value []byte) error {
 func (s *Store) Delete(key []byte) error {
 	b := s.NewBatch()
 	if err := b.Delete(key); err != nil {
+		return err
+	}
+	return s.Apply(b)
+}
+
+// DeleteRange deletes every key k with start <= k < end (end exclusive, as
+// in Pebble) with one record, whatever the number of keys: see
+// Batch.DeleteRange. Once it is in a sealed segment, sealed segments that
+// hold only keys it deletes are dropped whole at the manifest commit that
+// made it durable in its segment (or at a later merge's).
+func (s *Store) DeleteRange(start, end []byte) error {
+	b := s.NewBatch()
+	if err := b.DeleteRange(start, end); err != nil {
 		return err
 	}
 	return s.Apply(b)
@@ -539,7 +596,11 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 		if t == nil {
 			continue
 		}
-		if l, ok := t.lookup(key); ok {
+		l, found, deleted := t.lookup(key)
+		if deleted {
+			return nil, ErrNotFound
+		}
+		if found {
 			if l.kind == segment.KindDelete {
 				return nil, ErrNotFound
 			}
@@ -550,12 +611,16 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 }
 
 // getSealed looks key up in sealed segments ordered newest first: the first
-// segment whose index holds the key decides. The caller keeps them pinned
+// segment whose index holds the key, or whose range tombstones cover it,
+// decides. The caller keeps them pinned
 // (or holds mu).
 func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 	for _, seg := range segs {
 		e, ok := seg.ix.Get(key)
 		if !ok {
+			if seg.ix.Ranges().Covers(key) {
+				return nil, ErrNotFound
+			}
 			continue
 		}
 		if e.Kind == index.KindDelete {

@@ -13,7 +13,6 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/segkv/segkv/corruption"
-	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
@@ -271,7 +270,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err := out.write(hdr); err != nil {
 		return nil, err
 	}
-	latest := map[string]index.Entry{}
+	ib := recovery.NewIndexBuilder()
 	var records uint64
 	first := true
 	maxPayload := maxBatchPayload + wal.HeaderSize
@@ -303,7 +302,10 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 			if len(rec.Value) > s.opts.MaxValueSize {
 				return corruption.New(name, recOff, "%v: value of %d bytes", ErrValueTooLarge, len(rec.Value))
 			}
-			latest[string(rec.Key)] = index.Entry{Kind: rec.Kind, Offset: recOff, Length: uint32(n)}
+			if rec.Kind == segment.KindRangeDelete && len(rec.Value) > s.opts.MaxKeySize {
+				return corruption.New(name, recOff, "%v: range end of %d bytes", ErrKeyTooLarge, len(rec.Value))
+			}
+			ib.Add(rec, recOff, n)
 			records++
 			return nil
 		})
@@ -318,7 +320,8 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err != nil {
 		return nil, err
 	}
-	sg, ixData, err := s.buildSegment(df, length, digest, recovery.EntriesFromMap(latest), records, 0)
+	entries, ranges := ib.Finish()
+	sg, ixData, err := s.buildSegment(df, length, digest, entries, ranges, records, 0)
 	if err != nil {
 		return nil, err
 	}
