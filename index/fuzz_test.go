@@ -31,6 +31,10 @@ func FuzzDecode(f *testing.F) {
 		f.Add(data, sum, testID.DataLength, testID.DataDigest, true)
 	}
 	f.Add([]byte{}, uint64(0), int64(0), uint64(0), false)
+	ranged, rsum, err := EncodeWithRanges(smallEntries(), testRanges(), testID)
+	require.NoError(f, err)
+	f.Add(ranged, rsum, testID.DataLength, testID.DataDigest, false)
+	f.Add(ranged, rsum, testID.DataLength, testID.DataDigest, true)
 
 	f.Fuzz(func(t *testing.T, data []byte, checksum uint64, dataLength int64, digest uint64, trust bool) {
 		id := Identity{DataLength: dataLength, DataDigest: digest}
@@ -60,7 +64,7 @@ func FuzzDecode(f *testing.F) {
 		for i := range entries {
 			entries[i] = ix.At(i)
 		}
-		again, sum, err := Encode(entries, id)
+		again, sum, err := EncodeWithRanges(entries, ix.Ranges(), id)
 		require.NoError(t, err)
 		require.Equal(t, data, again, "a verified index re-encodes to the same bytes")
 		require.Equal(t, checksum, sum)
@@ -88,6 +92,10 @@ func TestWriteFuzzSeeds(t *testing.T) {
 	write("valid-small-trusted", small, smallSum, testID, true)
 	write("valid-empty", empty, emptySum, Identity{}, false)
 	write("valid-empty-trusted", empty, emptySum, Identity{}, true)
+	ranged, rangedSum, err := EncodeWithRanges(smallEntries(), testRanges(), testID)
+	require.NoError(t, err)
+	write("valid-ranges", ranged, rangedSum, testID, false)
+	write("valid-ranges-trusted", ranged, rangedSum, testID, true)
 	write("torn-half", small[:len(small)/2], smallSum, testID, false)
 	write("stale-identity", small, smallSum, Identity{DataLength: 1, DataDigest: 2}, false)
 	flipped := bytes.Clone(small)

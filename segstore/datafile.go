@@ -30,15 +30,16 @@ type dataFile struct {
 	filesMu sync.Mutex
 
 	// sealedLen is the file's length once it is part of a sealed segment
-	// (0 while it is live): from then on [0, sealedLen) never changes and
-	// reads may use a read-only mapping of it, made on the first read.
+	// (0 while it is live): from then on [0, sealedLen) never changes.
+	// Reads use a read-only mapping of the file, made on the first read
+	// (see reader).
 	sealedLen atomic.Int64
 	mapped    atomic.Pointer[fileMap]
 	mapMu     sync.Mutex
 	noMap     bool // mapMu held: mapping failed, is unsupported, or is over
 }
 
-// fileMap is a read-only mapping of a sealed data file.
+// fileMap is a read-only mapping of a data file.
 type fileMap struct {
 	data  []byte
 	unmap func() error
@@ -83,16 +84,22 @@ func (d *dataFile) unpin() {
 // segment is installed in the store's list (or loaded by Open).
 func (d *dataFile) setSealed(length int64) { d.sealedLen.Store(length) }
 
-// reader returns what reads of the file go through: its mapping when it is
-// sealed and can be mapped (made now if it is the first read), else nil and
-// the caller uses the file cache. The caller keeps d pinned or holds the
-// store's mu, so the mapping cannot be released under it.
+// reader returns what reads of the file go through: its mapping (made now
+// if this is the first read), else nil and the caller uses the file cache.
+// A sealed file is mapped over its final length. A live file is mapped with
+// a shared mapping (vfs.SharedMapper) over its current size, its
+// preallocated segment size in the common case: the mapping shows records
+// as they are written, and a record past its end (a file that could not be
+// preallocated) is read with pread. Reads through either stay below the
+// file's data length, so releasing a sealed file's preallocation, which
+// shrinks the file under the mapping, never makes a read fault. The caller
+// keeps d pinned or holds the store's mu, so the mapping cannot be released
+// under it.
 func (d *dataFile) reader() *fileMap {
 	if m := d.mapped.Load(); m != nil {
 		return m
 	}
-	size := d.sealedLen.Load()
-	if size <= 0 || d.s.opts.DisableMmap {
+	if d.s.opts.DisableMmap {
 		return nil
 	}
 	d.mapMu.Lock()
@@ -109,12 +116,24 @@ func (d *dataFile) reader() *fileMap {
 		return nil
 	}
 	defer f.Close() // a mapping outlives its descriptor
-	mp, ok := f.(vfs.Mapper)
-	if !ok {
-		return nil
+	var data []byte
+	var unmap func() error
+	if size := d.sealedLen.Load(); size > 0 {
+		mp, ok := f.(vfs.Mapper)
+		if !ok {
+			return nil
+		}
+		data, unmap, err = mp.Map(size)
+	} else {
+		mp, ok := f.(vfs.SharedMapper)
+		if !ok {
+			return nil
+		}
+		if size, err = f.Size(); err == nil && size > 0 {
+			data, unmap, err = mp.MapShared(size)
+		}
 	}
-	data, unmap, err := mp.Map(size)
-	if err != nil {
+	if err != nil || data == nil {
 		d.s.log.Debug("segkv: cannot map data file; reading with pread", "path", d.path, "err", err)
 		return nil
 	}

@@ -635,7 +635,7 @@ func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 // its value, which the caller owns. The caller keeps d pinned (or holds mu).
 func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key []byte) ([]byte, error) {
 	var r io.ReaderAt
-	if m := d.reader(); m != nil {
+	if m := d.reader(); m != nil && off+int64(length) <= int64(len(m.data)) {
 		r = m
 	} else {
 		h, err := s.files.acquire(d.id, d.path)

@@ -229,6 +229,10 @@ var _ FS = OS{}
 
 // Map maps [0, size) of the file read-only and shared (mmap). The caller
 // keeps the file at least size bytes long while the mapping is in use.
+// MapShared is Map: a MAP_SHARED mapping is a view of the page cache, so it
+// shows writes made after it through any descriptor of the file.
+func (f *osFile) MapShared(size int64) ([]byte, func() error, error) { return f.Map(size) }
+
 func (f *osFile) Map(size int64) ([]byte, func() error, error) {
 	if size <= 0 || int64(int(size)) != size {
 		return nil, nil, fmt.Errorf("vfs: map %s: size %d: %w", f.name, size, unix.EINVAL)

@@ -100,3 +100,15 @@ type File interface {
 type Mapper interface {
 	Map(size int64) (data []byte, unmap func() error, err error)
 }
+
+// SharedMapper is implemented by files that can be mapped read-only so that
+// the mapping shows every later write to the mapped range, through any
+// handle, as soon as the write returns: a shared mapping of the operating
+// system's page cache. The engine maps its live file this way and reads
+// through the mapping only records already written and published. The
+// in-memory file system does not implement it (its Map is a copy, which
+// cannot follow writes), so there the engine reads the live file with
+// ReadAt. The SIGBUS caveat of Mapper applies.
+type SharedMapper interface {
+	MapShared(size int64) (data []byte, unmap func() error, err error)
+}
