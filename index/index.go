@@ -11,7 +11,12 @@
 // always refused, never believed: Decode returns a *corruption.Error and
 // never panics on any input.
 //
-// # File format, version 1
+// # File format, versions 1 and 2
+//
+// Version 2 is version 1 plus a range section before the trailer (the union
+// of the segment's range tombstones, see appendRanges) and its u64 length
+// right before the checksum; Encode writes version 1 for a segment without
+// range tombstones. The layout below is version 1's.
 //
 // All integers are little endian except the search words. Offsets are from
 // the start of the file.
