@@ -301,6 +301,11 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	for _, sp := range ranges.Spans() {
 		payload = segment.AppendRecord(payload, segment.KindRangeDelete, sp.Start, sp.End)
 		records++
+		if len(payload) >= mergeFrameBytes {
+			if err := flush(); err != nil {
+				return nil, err
+			}
+		}
 	}
 	// newerRanges[i] is the union of the range tombstones of the inputs
 	// newer than input i: a key input i holds is deleted if it covers it.
