@@ -123,6 +123,11 @@ func (c *liveCursor) prev() bool { c.ok = c.ok && c.it.Prev(); return c.ok }
 // modified: the caller must not write to it.
 func (c *liveCursor) key() []byte {
 	k := c.it.Item().key
+	if len(k) == 0 {
+		// Never nil: the iterator passes its current key to seekLT, where
+		// nil means "no limit", and the empty key is a key.
+		return []byte{}
+	}
 	return unsafe.Slice(unsafe.StringData(k), len(k))
 }
 
