@@ -711,6 +711,14 @@ func (ix *Index) At(i int) Entry {
 	}
 }
 
+// Key returns key i, 0 <= i < Len(), without decoding the rest of the entry:
+// what a merge of several indexes compares. Like At's Entry.Key it aliases
+// the index and has no spare capacity.
+func (ix *Index) Key(i int) []byte {
+	r := ix.record(i)
+	return r[recordMeta:len(r):len(r)]
+}
+
 // Verify performs the checks Decode leaves to the checksum, because they cost
 // a comparison and a hash per key: keys strictly increasing, and the bloom
 // filter exactly the one Encode builds from them. Together with what Decode

@@ -232,7 +232,24 @@ func ForEachRecord(path string, frameOff int64, payload []byte, fn func(r Record
 // read return another key's value. The record aliases a buffer allocated for
 // this call alone, so the caller may keep its value.
 func ReadRecord(r io.ReaderAt, path string, off int64, length int, key []byte) (Record, error) {
-	buf := make([]byte, length)
+	rec, _, err := ReadRecordInto(r, nil, path, off, length, key)
+	return rec, err
+}
+
+// ReadRecordInto is ReadRecord reading into buf, grown if its capacity is
+// below length: the record aliases the returned buffer, which the caller may
+// pass to the next call to read without allocating.
+func ReadRecordInto(r io.ReaderAt, buf []byte, path string, off int64, length int, key []byte) (Record, []byte, error) {
+	if cap(buf) < length {
+		buf = make([]byte, length)
+	}
+	buf = buf[:length]
+	rec, err := readRecord(r, buf, path, off, key)
+	return rec, buf, err
+}
+
+func readRecord(r io.ReaderAt, buf []byte, path string, off int64, key []byte) (Record, error) {
+	length := len(buf)
 	if _, err := r.ReadAt(buf, off); err != nil {
 		if errors.Is(err, io.EOF) {
 			return Record{}, corruption.New(path, off, "record of %d bytes runs past the end of the file", length)

@@ -2,7 +2,6 @@ package segstore
 
 import (
 	"bytes"
-	"container/heap"
 
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/rangedel"
@@ -28,8 +27,10 @@ type Iterator struct {
 	srcs   []*iterSource
 	h      iterHeap
 	valid  bool
-	key    []byte
+	key    []byte // the current key: keyBuf, or nil
+	keyBuf []byte // reused for every key (never nil), so a step does not allocate
 	cur    iterEntry
+	recBuf []byte // reused by AppendValue to read a record into
 	err    error
 	// rangesUpTo is one past the oldest source with range tombstones: only
 	// sources below it can delete an older source's key.
@@ -115,7 +116,7 @@ func (c *indexCursor) prev() bool {
 	return c.pos >= 0
 }
 
-func (c *indexCursor) key() []byte { return c.ix.At(c.pos).Key }
+func (c *indexCursor) key() []byte { return c.ix.Key(c.pos) }
 
 func (c *indexCursor) entry() (int64, uint32, uint8) {
 	e := c.ix.At(c.pos)
@@ -124,27 +125,58 @@ func (c *indexCursor) entry() (int64, uint32, uint8) {
 
 // iterHeap orders the sources by their current key, smallest first going
 // forward and largest first going backward; among equal keys the newest
-// source (lowest prio) comes first either way, so its version wins.
+// source (lowest prio) comes first either way, so its version wins. It is a
+// binary heap written out for *iterSource: container/heap's interface calls
+// cost more than the comparisons on the few sources a store has.
 type iterHeap struct {
 	srcs    []*iterSource
 	reverse bool
 }
 
-func (h *iterHeap) Len() int { return len(h.srcs) }
-func (h *iterHeap) Less(i, j int) bool {
-	a, b := h.srcs[i], h.srcs[j]
+func (h *iterHeap) less(a, b *iterSource) bool {
 	c := bytes.Compare(a.k, b.k)
 	if c != 0 {
 		return (c < 0) != h.reverse
 	}
 	return a.prio < b.prio
 }
-func (h *iterHeap) Swap(i, j int) { h.srcs[i], h.srcs[j] = h.srcs[j], h.srcs[i] }
-func (h *iterHeap) Push(x any)    { h.srcs = append(h.srcs, x.(*iterSource)) }
-func (h *iterHeap) Pop() any {
-	x := h.srcs[len(h.srcs)-1]
-	h.srcs = h.srcs[:len(h.srcs)-1]
-	return x
+
+func (h *iterHeap) init() {
+	for i := len(h.srcs)/2 - 1; i >= 0; i-- {
+		h.down(i)
+	}
+}
+
+// down restores the order below i after the source at i moved on.
+func (h *iterHeap) down(i int) {
+	s := h.srcs
+	x := s[i]
+	for {
+		c := 2*i + 1
+		if c >= len(s) {
+			break
+		}
+		if r := c + 1; r < len(s) && h.less(s[r], s[c]) {
+			c = r
+		}
+		if !h.less(s[c], x) {
+			break
+		}
+		s[i] = s[c]
+		i = c
+	}
+	s[i] = x
+}
+
+// popTop removes the top source (it is exhausted).
+func (h *iterHeap) popTop() {
+	last := len(h.srcs) - 1
+	h.srcs[0] = h.srcs[last]
+	h.srcs[last] = nil
+	h.srcs = h.srcs[:last]
+	if last > 0 {
+		h.down(0)
+	}
 }
 
 // NewIterator returns an iterator over a snapshot of the store taken now.
@@ -167,7 +199,7 @@ func (sn *Snapshot) NewIterator(opts *IterOptions) (*Iterator, error) {
 }
 
 func (sn *Snapshot) newIterator(opts *IterOptions) *Iterator {
-	it := &Iterator{sn: sn}
+	it := &Iterator{sn: sn, keyBuf: make([]byte, 0, 64)}
 	if opts != nil {
 		it.lower, it.upper = opts.LowerBound, opts.UpperBound
 		if opts.Prefix != nil {
@@ -226,7 +258,7 @@ func (it *Iterator) Seek(key []byte) bool {
 			it.h.srcs = append(it.h.srcs, src)
 		}
 	}
-	heap.Init(&it.h)
+	it.h.init()
 	return it.step()
 }
 
@@ -251,7 +283,7 @@ func (it *Iterator) seekBefore(key []byte) bool {
 			it.h.srcs = append(it.h.srcs, src)
 		}
 	}
-	heap.Init(&it.h)
+	it.h.init()
 	return it.step()
 }
 
@@ -282,37 +314,45 @@ func (it *Iterator) Prev() bool {
 // step takes the next key from the heap in the heap's direction; the
 // newest version of that key decides.
 func (it *Iterator) step() bool {
-	for it.h.Len() > 0 {
-		top := it.h.srcs[0]
-		key := bytes.Clone(top.k)
-		if it.h.reverse {
-			if it.lower != nil && bytes.Compare(key, it.lower) < 0 {
+	h := &it.h
+	for len(h.srcs) > 0 {
+		top := h.srcs[0]
+		if h.reverse {
+			if it.lower != nil && bytes.Compare(top.k, it.lower) < 0 {
 				break
 			}
-		} else if it.upper != nil && bytes.Compare(key, it.upper) >= 0 {
+		} else if it.upper != nil && bytes.Compare(top.k, it.upper) >= 0 {
 			break
 		}
 		best := top.entry()
-		deleted := best.kind == segment.KindDelete || it.rangeDeleted(key, top.prio)
-		// Step every source past this key; the first popped has the best prio.
-		for it.h.Len() > 0 && bytes.Equal(it.h.srcs[0].k, key) {
-			src := it.h.srcs[0]
+		// The sources' keys are slices of an index or of a live directory's
+		// strings, which a caller must never be able to write to, so the key
+		// is copied, into the one buffer every step reuses.
+		it.keyBuf = append(it.keyBuf[:0], top.k...)
+		deleted := best.kind == segment.KindDelete || it.rangeDeleted(it.keyBuf, top.prio)
+		// Step every source past this key; the first is the one with the
+		// best prio, and the others with the same key follow it in the heap.
+		for {
+			src := h.srcs[0]
 			var ok bool
-			if it.h.reverse {
+			if h.reverse {
 				ok = src.move(src.cur.prev())
 			} else {
 				ok = src.move(src.cur.next())
 			}
 			if ok {
-				heap.Fix(&it.h, 0)
+				h.down(0)
 			} else {
-				heap.Pop(&it.h)
+				h.popTop()
+			}
+			if len(h.srcs) == 0 || !bytes.Equal(h.srcs[0].k, it.keyBuf) {
+				break
 			}
 		}
 		if deleted {
 			continue
 		}
-		it.key, it.cur, it.valid = key, best, true
+		it.key, it.cur, it.valid = it.keyBuf, best, true
 		return true
 	}
 	it.valid = false
@@ -334,7 +374,8 @@ func (it *Iterator) rangeDeleted(key []byte, prio int) bool {
 // Valid reports whether the iterator is at a key.
 func (it *Iterator) Valid() bool { return it.valid }
 
-// Key returns the current key. It stays valid until the next move.
+// Key returns the current key. It stays valid until the next move, which
+// reuses its buffer; the caller must not modify it.
 func (it *Iterator) Key() []byte { return it.key }
 
 // Value reads the current key's value: a copy the caller owns.
@@ -356,6 +397,37 @@ func (it *Iterator) Value() ([]byte, error) {
 		it.err = err
 	}
 	return v, err
+}
+
+// maxIterRecBuf bounds the record buffer an iterator keeps between reads, so
+// that one large value does not stay allocated for the iterator's life.
+const maxIterRecBuf = 64 << 10
+
+// AppendValue reads the current key's value and appends it to dst, like
+// Value but without allocating when dst has room: a scan that reuses one
+// buffer for its values reads them with no allocation per key.
+func (it *Iterator) AppendValue(dst []byte) ([]byte, error) {
+	if !it.usable() {
+		return dst, ErrClosed
+	}
+	if !it.valid {
+		return dst, ErrNotFound
+	}
+	it.sn.readMu.RLock()
+	defer it.sn.readMu.RUnlock()
+	if it.sn.closed.Load() || it.sn.s.closed.Load() {
+		it.err = ErrClosed
+		return dst, ErrClosed
+	}
+	rec, buf, err := it.sn.s.readRecord(it.cur.df, it.recBuf, it.cur.off, it.cur.length, it.cur.kind, it.key)
+	if cap(buf) <= maxIterRecBuf {
+		it.recBuf = buf
+	}
+	if err != nil {
+		it.err = err
+		return dst, err
+	}
+	return append(dst, rec.Value...), nil
 }
 
 // usable reports whether the iterator may move: not once its snapshot or

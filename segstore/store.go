@@ -161,11 +161,16 @@ type tail struct {
 	// than any of the file's range tombstones covering it.
 	ranges  *rangedel.Set
 	records int
+	// frozen is a copy of keys taken since the last publish, shared by every
+	// snapshot and iterator made until the next one: a copy per iterator
+	// would make the next publish copy the nodes it touches once per copy.
+	frozen *liveIndex
 }
 
 // apply records one record of the file, in file order; mu held exclusively.
 func (t *tail) apply(kind uint8, key, value []byte, off int64, length int) {
 	t.records++
+	t.frozen = nil
 	if kind == segment.KindRangeDelete {
 		t.keys.deleteRange(key, value)
 		t.ranges = t.ranges.With(rangedel.Span{Start: key, End: value})
@@ -427,11 +432,23 @@ func (t *tail) lookup(key []byte) (e liveEntry, found, deleted bool) {
 }
 
 // view returns a frozen copy of the key directory and the range tombstones,
-// in O(1).
+// in O(1): the copy taken since the last publish if there is one (under the
+// shared lock), else a new one (under the exclusive lock, which copy needs).
 func (t *tail) view() tailView {
+	t.mu.RLock()
+	if fr := t.frozen; fr != nil {
+		v := tailView{t: t, keys: *fr, ranges: t.ranges}
+		t.mu.RUnlock()
+		return v
+	}
+	t.mu.RUnlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return tailView{t: t, keys: t.keys.copy(), ranges: t.ranges}
+	if t.frozen == nil {
+		c := t.keys.copy()
+		t.frozen = &c
+	}
+	return tailView{t: t, keys: *t.frozen, ranges: t.ranges}
 }
 
 func sortSegments(segs []*sealed) {
@@ -634,28 +651,40 @@ func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 // readValue reads and verifies the record at off in data file d and returns
 // its value, which the caller owns. The caller keeps d pinned (or holds mu).
 func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key []byte) ([]byte, error) {
+	rec, _, err := s.readRecord(d, nil, off, length, kind, key)
+	if err != nil {
+		return nil, err
+	}
+	// readRecord read into a buffer of its own, so the value can be handed
+	// to the caller without a second copy. The capacity is cut so that an
+	// append by the caller cannot scribble over the checksum behind it.
+	return rec.Value[:len(rec.Value):len(rec.Value)], nil
+}
+
+// readRecord reads the record at off in data file d into buf (grown if it is
+// too small: nil allocates one for this record alone), verifies its checksum
+// and that it holds key with the kind the index gave, and returns it with
+// the buffer it aliases. The caller keeps d pinned (or holds mu).
+func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, kind uint8, key []byte) (segment.Record, []byte, error) {
 	var r io.ReaderAt
 	if m := d.reader(); m != nil && off+int64(length) <= int64(len(m.data)) {
 		r = m
 	} else {
 		h, err := s.files.acquire(d.id, d.path)
 		if err != nil {
-			return nil, err
+			return segment.Record{}, buf, err
 		}
 		defer s.files.release(h)
 		r = h.f
 	}
-	rec, err := segment.ReadRecord(r, d.path, off, int(length), key)
+	rec, buf, err := segment.ReadRecordInto(r, buf, d.path, off, int(length), key)
 	if err != nil {
-		return nil, err
+		return segment.Record{}, buf, err
 	}
 	if rec.Kind != kind {
-		return nil, fmt.Errorf("%w: %s at %d: record kind %d, index says %d", ErrCorrupt, d.path, off, rec.Kind, kind)
+		return segment.Record{}, buf, fmt.Errorf("%w: %s at %d: record kind %d, index says %d", ErrCorrupt, d.path, off, rec.Kind, kind)
 	}
-	// ReadRecord read into a buffer of its own, so the value can be handed
-	// to the caller without a second copy. The capacity is cut so that an
-	// append by the caller cannot scribble over the checksum behind it.
-	return rec.Value[:len(rec.Value):len(rec.Value)], nil
+	return rec, buf, nil
 }
 
 // Sync makes every write acknowledged so far durable.

@@ -79,10 +79,11 @@ func (d *segkvDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte)) 
 		ok = it.SeekLT(start)
 	}
 	count := 0
+	var v []byte
 	for ; ok && count < n; count++ {
-		// Value reads the record and returns a copy the caller owns.
-		v, err := it.Value()
-		if err != nil {
+		// AppendValue reads and verifies the record and copies the value
+		// into one buffer reused for the scan, as Pebble's adapter does.
+		if v, err = it.AppendValue(v[:0]); err != nil {
 			return count, errors.Join(err, it.Close())
 		}
 		fn(it.Key(), v)
