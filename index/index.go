@@ -189,6 +189,9 @@ type Index struct {
 	checksum uint64
 	id       Identity
 	ranges   *rangedel.Set // the segment's range tombstones (nil: none)
+	// inKeyOrder: the records the entries point at lie in the data file in
+	// key order (derived at Decode).
+	inKeyOrder bool
 }
 
 // Encode builds the index file bytes for entries, which must be sorted by key
@@ -398,6 +401,7 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 		return nil, corruption.New(path, int64(offsStart), "first record offset is %d, not 0", first)
 	}
 	prev := uint64(0)
+	inKeyOrder, lastOff := true, int64(-1)
 	for i := uint64(0); i < n; i++ {
 		next := uint64(le.Uint32(offs[4*(i+1):]))
 		if next < prev+recordMeta || next > recLen {
@@ -414,6 +418,10 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 			return nil, corruption.New(path, int64(recStart+prev+1),
 				"record %d points at [%d, +%d), outside the data file of length %d", i, off, length, id.DataLength)
 		}
+		if off <= lastOff {
+			inKeyOrder = false
+		}
+		lastOff = off
 		prev = next
 	}
 	if prev != recLen {
@@ -460,17 +468,18 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 		}
 	}
 	return &Index{
-		ranges:   ranges,
-		data:     data,
-		n:        int(n),
-		prefix:   prefix,
-		words:    searchWords,
-		fences:   fences,
-		offs:     offs,
-		recs:     recs,
-		filter:   bloom.FromWithM(words, uint(m), uint(k)),
-		checksum: sum,
-		id:       id,
+		inKeyOrder: inKeyOrder,
+		ranges:     ranges,
+		data:       data,
+		n:          int(n),
+		prefix:     prefix,
+		words:      searchWords,
+		fences:     fences,
+		offs:       offs,
+		recs:       recs,
+		filter:     bloom.FromWithM(words, uint(m), uint(k)),
+		checksum:   sum,
+		id:         id,
 	}, nil
 }
 
@@ -522,6 +531,11 @@ func Write(fsys vfs.FS, path string, data []byte) error {
 
 // Len returns the number of entries.
 func (ix *Index) Len() int { return ix.n }
+
+// InKeyOrder reports whether the entries' records lie in the data file in
+// key order, as in a merge's output or a live file written in key order (a
+// log of sequential keys): then a range scan reads the file sequentially.
+func (ix *Index) InKeyOrder() bool { return ix.inKeyOrder }
 
 // Ranges returns the union of the segment's range tombstones (nil: none).
 // They delete keys in older segments; the segment's own entries are newer

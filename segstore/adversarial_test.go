@@ -300,6 +300,28 @@ func atImageContinuation(t *testing.T) atImage {
 // atImageMerged has three sealed segments of which two a merge retired
 // (their files back after the power loss, since their removal was never
 // synced), a missing index, and a live file with a torn tail.
+// ensureSpare makes the spare live file now unless the background already
+// has.
+func ensureSpare(t *testing.T, s *Store) {
+	t.Helper()
+	s.spare.Lock()
+	have := s.spare.file != nil
+	s.spare.Unlock()
+	if have {
+		return
+	}
+	sp, err := s.makeSpare()
+	require.NoError(t, err)
+	s.spare.Lock()
+	if s.spare.file == nil {
+		s.spare.file, sp = sp, nil
+	}
+	s.spare.Unlock()
+	if sp != nil {
+		require.NoError(t, s.discardSpare(sp))
+	}
+}
+
 func atImageMerged(t *testing.T) atImage {
 	mem := vfs.NewMem()
 	o := &Options{FS: mem, Sync: SyncManual, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
@@ -328,6 +350,10 @@ func atImageMerged(t *testing.T) atImage {
 		want.apply(ops)
 	}
 	require.NoError(t, s.Sync())
+	// The background makes the spare on its own schedule, which a loaded
+	// machine delays: make one here if it has not, so that the image
+	// always has a spare after the live file, whatever the load.
+	ensureSpare(t, s)
 	require.NoError(t, s.Put([]byte("key-torn"), bytes.Repeat([]byte("t"), 3000))) // torn
 	img := mem.CrashClone(vfs.CrashTearLast, rand.New(rand.NewPCG(1, 1)))
 	s.Close()

@@ -31,6 +31,15 @@ type MergeOptions struct {
 	MaxStepBytes int64
 	// BytesPerSecond, if positive, limits the rate at which a merge writes.
 	BytesPerSecond int64
+	// KeepWriteOrder turns off the sorting rewrite: by default, when no run
+	// is worth merging, the merge rewrites one sealed segment whose records
+	// are not in key order (a live file written in random key order) into
+	// key order, alone, so that range scans over it read the file
+	// sequentially instead of one scattered record per key. It costs one
+	// more write of that data, in the background; a segment already in key
+	// order (keys written in order, like a log) is never rewritten. Set it
+	// for a store that is never scanned.
+	KeepWriteOrder bool
 }
 
 func (m MergeOptions) withDefaults() (MergeOptions, error) {
@@ -102,8 +111,24 @@ func pickRun(oldestFirst []*sealed, o MergeOptions, full bool) []*sealed {
 	return oldestFirst[bestStart : bestStart+bestLen]
 }
 
+// pickUnordered chooses a sealed segment to rewrite in key order: the
+// oldest whose records are not in key order (see MergeOptions.KeepWriteOrder),
+// within MaxStepBytes unless it is the only work left.
+func pickUnordered(oldestFirst []*sealed, o MergeOptions) []*sealed {
+	if o.KeepWriteOrder {
+		return nil
+	}
+	for i, sg := range oldestFirst {
+		if sg.ix.Len() > 1 && !sg.ix.InKeyOrder() {
+			return oldestFirst[i : i+1]
+		}
+	}
+	return nil
+}
+
 // Compact merges until the merge policy, applied in full (any two adjacent
-// segments that fit in MaxStepBytes are merged), is satisfied, or ctx ends.
+// segments that fit in MaxStepBytes are merged, and every segment not in
+// key order is rewritten in key order), is satisfied, or ctx ends.
 // It runs in bounded steps, each one manifest commit, and never blocks
 // writers.
 func (s *Store) Compact(ctx context.Context) error {
@@ -155,6 +180,9 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	s.mu.RUnlock()
 	slices.Reverse(oldestFirst)
 	run := pickRun(oldestFirst, s.mergeOpts, full)
+	if len(run) == 0 {
+		run = pickUnordered(oldestFirst, s.mergeOpts)
+	}
 	for _, sg := range run {
 		s.merging[sg.meta.ID] = true
 	}
