@@ -343,8 +343,10 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	}
 
 	cursors := make([]*mergeCursor, len(run))
+	maps := make([]*fileMap, len(run))
 	for i, sg := range run {
 		cursors[i] = &mergeCursor{sg: sg}
+		maps[i] = sg.df.reader()
 	}
 	buf := make([]byte, 0, 4096)
 	for {
@@ -355,7 +357,7 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 			if c.pos >= c.sg.ix.Len() {
 				continue
 			}
-			k := c.sg.ix.At(c.pos).Key
+			k := c.sg.ix.Key(c.pos)
 			if best < 0 {
 				best, bestKey = i, k
 				continue
@@ -370,19 +372,26 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 		e := cursors[best].sg.ix.At(cursors[best].pos)
 		key := bytes.Clone(bestKey)
 		for _, c := range cursors {
-			if c.pos < c.sg.ix.Len() && bytes.Equal(c.sg.ix.At(c.pos).Key, key) {
+			if c.pos < c.sg.ix.Len() && bytes.Equal(c.sg.ix.Key(c.pos), key) {
 				c.pos++
 			}
 		}
 		if e.Kind == index.KindDelete && dropTombstones || newerRanges[best].Covers(key) {
 			continue
 		}
-		if cap(buf) < int(e.Length) {
-			buf = make([]byte, e.Length)
-		}
-		rec := buf[:e.Length]
-		if _, err := handles[best].f.ReadAt(rec, e.Offset); err != nil {
-			return nil, fmt.Errorf("segkv: merge read %s at %d: %w", run[best].df.path, e.Offset, err)
+		var rec []byte
+		if m := maps[best]; m != nil && e.Offset+int64(e.Length) <= int64(len(m.data)) {
+			// Straight from the mapping (the run is pinned): no system call
+			// per record, and the copy into the payload is the only one.
+			rec = m.data[e.Offset : e.Offset+int64(e.Length)]
+		} else {
+			if cap(buf) < int(e.Length) {
+				buf = make([]byte, e.Length)
+			}
+			rec = buf[:e.Length]
+			if _, err := handles[best].f.ReadAt(rec, e.Offset); err != nil {
+				return nil, fmt.Errorf("segkv: merge read %s at %d: %w", run[best].df.path, e.Offset, err)
+			}
 		}
 		// Verify before copying: a merge must not launder a damaged record
 		// into a new file with a fresh checksum.

@@ -176,7 +176,7 @@ func (t *tail) apply(kind uint8, key, value []byte, off int64, length int) {
 		t.ranges = t.ranges.With(rangedel.Span{Start: key, End: value})
 		return
 	}
-	t.keys.set(liveEntry{key: string(key), off: off, length: uint32(length), kind: kind})
+	t.keys.set(newLiveEntry(key, off, length, kind))
 }
 
 func newTail(s *Store, id uint64) *tail {
