@@ -2,6 +2,7 @@ package segstore_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 	"os"
@@ -156,4 +157,49 @@ func ExampleStore_Import() {
 	v, _ := b.Get([]byte("k"))
 	fmt.Printf("%d segment adopted; k = %s\n", len(added), v)
 	// Output: 1 segment adopted; k = from a
+}
+
+// Trimming the head of a log: one DeleteRange deletes every entry below a
+// point, whatever their number; once sealed, the segments that held only
+// deleted entries are dropped whole.
+func ExampleStore_DeleteRange() {
+	dir, err := os.MkdirTemp("", "segkv-example")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	s, err := segstore.Open(dir, &segstore.Options{Merge: segstore.MergeOptions{Disable: true}})
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer s.Close()
+
+	for seg := range 3 {
+		b := s.NewBatch()
+		for i := range 100 {
+			b.Put(fmt.Appendf(nil, "log/%04d", seg*100+i), []byte("entry"))
+		}
+		if err := s.Apply(b); err != nil {
+			log.Fatal(err)
+		}
+		if err := s.Seal(); err != nil { // one segment per 100 entries
+			log.Fatal(err)
+		}
+	}
+	// Delete entries 0000-0149: the first segment whole, half the second.
+	if err := s.DeleteRange([]byte("log/0000"), []byte("log/0150")); err != nil {
+		log.Fatal(err)
+	}
+	if err := s.Seal(); err != nil {
+		log.Fatal(err)
+	}
+	_, err = s.Get([]byte("log/0120"))
+	fmt.Println(errors.Is(err, segstore.ErrNotFound))
+	v, _ := s.Get([]byte("log/0150"))
+	fmt.Printf("%s\n", v)
+	fmt.Println("segments dropped whole:", s.Metrics().RangeDropped)
+	// Output:
+	// true
+	// entry
+	// segments dropped whole: 1
 }
