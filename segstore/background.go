@@ -39,6 +39,9 @@ func startBackground(s *Store) *background {
 	b.wg.Add(1)
 	go b.run()
 	b.requestSpare()
+	// Merge work a Close interrupted (or the policy finds in the segments
+	// Open loaded) resumes now rather than after the next seal.
+	b.requestMerge()
 	return b
 }
 
