@@ -77,3 +77,32 @@ func TestSetMatchesModel(t *testing.T) {
 }
 
 func bytesCompare(a, b []byte) int { return slices.Compare(a, b) }
+
+// TestTreeMatchesUnion: a Tree fed spans one at a time holds exactly their
+// Union, answers Covers like it, and a Copy taken midway keeps its spans
+// whatever the original absorbs afterwards.
+func TestTreeMatchesUnion(t *testing.T) {
+	alphabet := []string{"", "a", "a\x00", "ab", "b", "ba", "c", "d", "e"}
+	rapid.Check(t, func(rt *rapid.T) {
+		key := rapid.SampledFrom(alphabet)
+		tree := NewTree()
+		var spans []Span
+		var frozen *Tree
+		var frozenSpans []Span
+		for i, n := 0, rapid.IntRange(0, 10).Draw(rt, "n"); i < n; i++ {
+			s := sp(key.Draw(rt, "start"), key.Draw(rt, "end"))
+			spans = append(spans, s)
+			tree.Add(s)
+			if i == n/2 {
+				frozen, frozenSpans = tree.Copy(), slices.Clone(spans)
+			}
+			require.Equal(rt, Union(spans...).Spans(), tree.Set().Spans())
+			for _, k := range alphabet {
+				require.Equal(rt, Union(spans...).Covers([]byte(k)), tree.Covers([]byte(k)), "key %q", k)
+			}
+		}
+		if frozen != nil {
+			require.Equal(rt, Union(frozenSpans...).Spans(), frozen.Set().Spans())
+		}
+	})
+}

@@ -2,6 +2,7 @@ package recovery
 
 import (
 	"bytes"
+	"container/heap"
 	"slices"
 
 	"github.com/segkv/segkv/index"
@@ -42,31 +43,55 @@ func (b *IndexBuilder) Add(r segment.Record, off int64, length int) {
 
 // Finish returns the sorted entries and the union of the range tombstones.
 //
-// A range tombstone deletes the entries before it in the file: for each
-// one, the entries it covers are found by binary search and dropped when
-// older (lower offset). The cost is O(keys log keys + tombstones log keys +
-// keys covered).
+// A range tombstone deletes the entries before it in the file. One sweep
+// over the sorted entries decides each: the tombstones are taken in order
+// of their start, those that have begun by the entry's key wait in a heap
+// by file offset (the newest on top), those that ended before it are
+// dropped from the top as they surface, and the entry is dead if the top
+// is newer than it. O(keys log keys + tombstones log tombstones), however
+// the tombstones overlap (a log that trims its head again and again).
 func (b *IndexBuilder) Finish() ([]index.Entry, *rangedel.Set) {
 	entries := EntriesFromMap(b.latest)
 	if len(b.tombs) == 0 {
 		return entries, nil
 	}
-	dead := make([]bool, len(entries))
+	byStart := slices.Clone(b.tombs)
+	slices.SortFunc(byStart, func(x, y offsetSpan) int { return bytes.Compare(x.span.Start, y.span.Start) })
+	active := &tombHeap{}
+	next := 0
+	live := entries[:0]
+	for _, e := range entries {
+		for next < len(byStart) && bytes.Compare(byStart[next].span.Start, e.Key) <= 0 {
+			heap.Push(active, byStart[next])
+			next++
+		}
+		// Keys only grow, so a tombstone that ended before this key stays
+		// ended: drop it when it reaches the top.
+		for active.Len() > 0 && bytes.Compare((*active)[0].span.End, e.Key) <= 0 {
+			heap.Pop(active)
+		}
+		if active.Len() > 0 && (*active)[0].off > e.Offset {
+			continue // a later range tombstone of this file deletes it
+		}
+		live = append(live, e)
+	}
 	spans := make([]rangedel.Span, len(b.tombs))
 	for i, t := range b.tombs {
 		spans[i] = t.span
-		j, _ := slices.BinarySearchFunc(entries, t.span.Start, func(e index.Entry, k []byte) int { return bytes.Compare(e.Key, k) })
-		for ; j < len(entries) && bytes.Compare(entries[j].Key, t.span.End) < 0; j++ {
-			if entries[j].Offset < t.off {
-				dead[j] = true
-			}
-		}
-	}
-	live := entries[:0]
-	for i, e := range entries {
-		if !dead[i] {
-			live = append(live, e)
-		}
 	}
 	return live, rangedel.Union(spans...)
+}
+
+// tombHeap is a max-heap of range tombstones by file offset.
+type tombHeap []offsetSpan
+
+func (h tombHeap) Len() int           { return len(h) }
+func (h tombHeap) Less(i, j int) bool { return h[i].off > h[j].off }
+func (h tombHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *tombHeap) Push(x any)        { *h = append(*h, x.(offsetSpan)) }
+func (h *tombHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
 }

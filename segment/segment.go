@@ -119,6 +119,45 @@ func CheckHeader(path string, h []byte) error {
 	return nil
 }
 
+// HeaderVersion returns the format version of a header CheckHeader accepted.
+func HeaderVersion(h []byte) uint32 { return binary.LittleEndian.Uint32(h[8:]) }
+
+// CheckKind refuses a record kind its file's version cannot hold: a range
+// delete in a version-1 file (which no writer of that version made, and
+// which a version-1 reader would misread).
+func CheckKind(path string, version uint32, off int64, kind uint8) error {
+	if kind == KindRangeDelete && version < 2 {
+		return corruption.New(path, off, "range delete record in a version %d data file", version)
+	}
+	return nil
+}
+
+// UpgradeHeader makes the header of the live file f, which will receive new
+// records, say the current version, and syncs it: a version-1 live file
+// left by an older build must not receive a range delete under a header
+// that promises it holds none. The version field changes in one byte (1 to
+// 2), so a crash leaves either header, both valid for the records already
+// in the file. It reports whether it changed anything.
+func UpgradeHeader(f vfs.File, path string) (bool, error) {
+	h := make([]byte, HeaderSize)
+	if _, err := f.ReadAt(h, 0); err != nil {
+		return false, fmt.Errorf("segment: read header of %s: %w", path, err)
+	}
+	if err := CheckHeader(path, h); err != nil {
+		return false, err
+	}
+	if HeaderVersion(h) == Version {
+		return false, nil
+	}
+	if _, err := f.WriteAt([]byte{Version}, 8); err != nil {
+		return false, fmt.Errorf("segment: upgrade header of %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return false, fmt.Errorf("segment: sync upgraded header of %s: %w", path, err)
+	}
+	return true, nil
+}
+
 // Record is one decoded record. Key and Value alias the buffer they were
 // decoded from.
 type Record struct {
@@ -319,8 +358,12 @@ func ReplayFile(f vfs.File, path string, limit int64, fn func(r Record, off int6
 		return res, err
 	}
 	first := true
+	version := HeaderVersion(h)
 	res.Scan, err = wal.Scan(f, path, HeaderSize, limit, func(frameOff int64, payload []byte) error {
 		return ForEachRecord(path, frameOff, payload, func(r Record, off int64, length int) error {
+			if err := CheckKind(path, version, off, r.Kind); err != nil {
+				return err
+			}
 			if r.Kind == KindLink {
 				id, plen, ok := ParseLink(r)
 				if !ok || !first {

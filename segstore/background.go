@@ -144,6 +144,9 @@ func (b *background) run() {
 				b.s.log.Warn("segkv: background seal failed", "err", err)
 			}
 		case <-b.merge:
+			if b.s.hooks.beforeJob != nil {
+				b.s.hooks.beforeJob("merge")
+			}
 			// One bounded step per wake-up; ask again if there may be more, so
 			// that seals, spares and quit are served between steps.
 			did, err := b.s.mergeStep(b.ctx, false)

@@ -65,10 +65,10 @@ func (s *Store) checkTail(t *tail) error {
 	if want.keys.len() != t.keys.len() {
 		return fmt.Errorf("segkv: check %s: file holds %d keys, key directory %d", t.path, want.keys.len(), t.keys.len())
 	}
-	if !slices.EqualFunc(want.ranges.Spans(), t.ranges.Spans(), func(a, b rangedel.Span) bool {
+	if !slices.EqualFunc(want.ranges.Set().Spans(), t.ranges.Set().Spans(), func(a, b rangedel.Span) bool {
 		return bytes.Equal(a.Start, b.Start) && bytes.Equal(a.End, b.End)
 	}) {
-		return fmt.Errorf("segkv: check %s: file holds range tombstones %q, key directory %q", t.path, want.ranges.Spans(), t.ranges.Spans())
+		return fmt.Errorf("segkv: check %s: file holds range tombstones %q, key directory %q", t.path, want.ranges.Set().Spans(), t.ranges.Set().Spans())
 	}
 	var bad error
 	var prev *liveEntry

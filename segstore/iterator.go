@@ -4,7 +4,6 @@ import (
 	"bytes"
 
 	"github.com/segkv/segkv/index"
-	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 )
 
@@ -62,7 +61,7 @@ type iterSource struct {
 	df     *dataFile
 	cur    cursor
 	k      []byte
-	ranges *rangedel.Set // the source's range tombstones
+	ranges spanSet // the source's range tombstones
 }
 
 // move records the outcome of a cursor move.
@@ -76,6 +75,13 @@ func (src *iterSource) move(ok bool) bool {
 func (src *iterSource) entry() iterEntry {
 	off, length, kind := src.cur.entry()
 	return iterEntry{df: src.df, off: off, length: length, kind: kind}
+}
+
+// spanSet is a source's range tombstones: a sealed segment's
+// (*rangedel.Set) or a frozen live file's (*rangedel.Tree).
+type spanSet interface {
+	Covers(key []byte) bool
+	Len() int
 }
 
 // indexCursor walks a sealed segment's index.

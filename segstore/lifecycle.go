@@ -173,6 +173,12 @@ func (s *Store) closeResources() error {
 		if t != nil && t.file != nil {
 			errs = append(errs, t.file.Close())
 		}
+		// The store's own pin on the live file (and a frozen one, which a
+		// failed seal left out of the segments): its shared mapping goes
+		// now, or with the last snapshot reading it.
+		if t != nil && t.df != nil {
+			t.df.unpin()
+		}
 	}
 	// Drop the store's pin on every sealed file: a mapping goes now, or
 	// when the last snapshot or iterator still reading it is closed.

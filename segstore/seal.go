@@ -208,7 +208,7 @@ func (s *Store) completeSeal(t *tail, liveID uint64) error {
 	// the walk reads a directory that no longer changes; the lock is for the
 	// race detector's sake and costs nothing.
 	t.mu.RLock()
-	entries, ranges := t.keys.indexEntries(), t.ranges
+	entries, ranges := t.keys.indexEntries(), t.ranges.Set()
 	records := t.records
 	t.mu.RUnlock()
 	seg, ixData, err := s.buildSegment(t.df, end, digest, entries, ranges, uint64(records), 0)

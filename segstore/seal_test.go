@@ -46,8 +46,11 @@ func (g *jobGate) wait(job string) {
 			return
 		}
 	}
-	ch := g.passes[job]
+	ch, gated := g.passes[job]
 	g.mu.Unlock()
+	if !gated {
+		return // merges run free here
+	}
 	g.started <- job
 	select {
 	case <-ch:

@@ -78,7 +78,18 @@ func (f *trackFile) Close() error {
 type trackMapFile struct{ *trackFile }
 
 func (f trackMapFile) Map(size int64) ([]byte, func() error, error) {
-	data, unmap, err := f.File.(vfs.Mapper).Map(size)
+	return f.count(f.File.(vfs.Mapper).Map(size))
+}
+
+// trackSharedMapFile also offers the shared mappings live files use.
+type trackSharedMapFile struct{ trackMapFile }
+
+func (f trackSharedMapFile) MapShared(size int64) ([]byte, func() error, error) {
+	return f.count(f.File.(vfs.SharedMapper).MapShared(size))
+}
+
+// count counts a mapping until its unmap runs.
+func (f trackMapFile) count(data []byte, unmap func() error, err error) ([]byte, func() error, error) {
 	if err != nil {
 		return nil, nil, err
 	}
@@ -99,6 +110,9 @@ func (t *trackFS) wrap(how string, f vfs.File, err error) (vfs.File, error) {
 	t.files.Add(1)
 	tf := &trackFile{File: f, fs: t}
 	t.open.Store(tf, how+" "+f.Name())
+	if _, ok := f.(vfs.SharedMapper); ok {
+		return trackSharedMapFile{trackMapFile{tf}}, nil
+	}
 	if _, ok := f.(vfs.Mapper); ok {
 		return trackMapFile{tf}, nil
 	}

@@ -66,7 +66,7 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 type tailView struct {
 	t      *tail
 	keys   liveIndex
-	ranges *rangedel.Set
+	ranges *rangedel.Tree // a frozen copy
 }
 
 // Close releases the snapshot. Later Gets return ErrClosed.

@@ -155,16 +155,17 @@ type tail struct {
 	// keys.
 	mu   sync.RWMutex
 	keys liveIndex
-	// ranges is the union of the file's range tombstones. It is replaced,
-	// never modified, so a snapshot shares it. Applying a range tombstone
-	// removes the keys it covers from keys, so every key in keys is newer
-	// than any of the file's range tombstones covering it.
-	ranges  *rangedel.Set
+	// ranges is the union of the file's range tombstones, copy-on-write
+	// like keys. Applying a range tombstone removes the keys it covers from
+	// keys, so every key in keys is newer than any of the file's range
+	// tombstones covering it.
+	ranges  *rangedel.Tree
 	records int
-	// frozen is a copy of keys taken since the last publish, shared by every
-	// snapshot and iterator made until the next one: a copy per iterator
-	// would make the next publish copy the nodes it touches once per copy.
-	frozen *liveIndex
+	// frozen is a copy of keys and ranges taken since the last publish,
+	// shared by every snapshot and iterator made until the next one: a copy
+	// per iterator would make the next publish copy the nodes it touches
+	// once per copy.
+	frozen *tailView
 }
 
 // apply records one record of the file, in file order; mu held exclusively.
@@ -173,14 +174,14 @@ func (t *tail) apply(kind uint8, key, value []byte, off int64, length int) {
 	t.frozen = nil
 	if kind == segment.KindRangeDelete {
 		t.keys.deleteRange(key, value)
-		t.ranges = t.ranges.With(rangedel.Span{Start: key, End: value})
+		t.ranges.Add(rangedel.Span{Start: key, End: value})
 		return
 	}
 	t.keys.set(newLiveEntry(key, off, length, kind))
 }
 
 func newTail(s *Store, id uint64) *tail {
-	return &tail{id: id, st: s, keys: newLiveIndex()}
+	return &tail{id: id, st: s, keys: newLiveIndex(), ranges: rangedel.NewTree()}
 }
 
 // sealed is a sealed segment with its index in memory.
@@ -197,9 +198,9 @@ func Open(dir string, opts *Options) (*Store, error) {
 
 // testHooks let tests reach into the store's work; all are nil outside tests.
 type testHooks struct {
-	// beforeJob runs before the background makes a spare ("spare") or
-	// tidies after a seal ("tidy"), so that tests can keep that work out
-	// of the seal they record.
+	// beforeJob runs before the background makes a spare ("spare"),
+	// tidies after a seal ("tidy") or takes a merge step ("merge"), so that
+	// tests can keep that work out of what they record.
 	beforeJob func(job string)
 	// beforeBuild runs before a segment's index is built (seal, merge,
 	// import) with the data file's path; an error fails the build.
@@ -375,6 +376,10 @@ func (s *Store) openTail(id uint64, end int64, replayed *tail) (*tail, error) {
 	if err != nil {
 		return nil, fmt.Errorf("segkv: open live file: %w", err)
 	}
+	if _, err := segment.UpgradeHeader(f, p); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("segkv: open live file: %w", err)
+	}
 	t := replayed
 	if t == nil {
 		t = newTail(s, id)
@@ -437,18 +442,16 @@ func (t *tail) lookup(key []byte) (e liveEntry, found, deleted bool) {
 func (t *tail) view() tailView {
 	t.mu.RLock()
 	if fr := t.frozen; fr != nil {
-		v := tailView{t: t, keys: *fr, ranges: t.ranges}
 		t.mu.RUnlock()
-		return v
+		return *fr
 	}
 	t.mu.RUnlock()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.frozen == nil {
-		c := t.keys.copy()
-		t.frozen = &c
+		t.frozen = &tailView{t: t, keys: t.keys.copy(), ranges: t.ranges.Copy()}
 	}
-	return tailView{t: t, keys: *t.frozen, ranges: t.ranges}
+	return *t.frozen
 }
 
 func sortSegments(segs []*sealed) {

@@ -288,6 +288,9 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 		}
 		frameOff := out.off
 		err = segment.ForEachRecord(name, frameOff, payload, func(rec segment.Record, recOff int64, n int) error {
+			if err := segment.CheckKind(name, segment.HeaderVersion(hdr), recOff, rec.Kind); err != nil {
+				return err
+			}
 			if rec.Kind == segment.KindLink {
 				if _, _, ok := segment.ParseLink(rec); !ok || !first {
 					return corruption.New(name, recOff, "misplaced or malformed link record")
