@@ -255,3 +255,24 @@ func first(keys [][]byte) []byte {
 	}
 	return keys[0]
 }
+
+// TestKeyOrder checks KeyOrder against sorting the keys themselves, and
+// that unmix inverts mix on values far from the small key numbers.
+func TestKeyOrder(t *testing.T) {
+	const n = 20000
+	got := KeyOrder(n)
+	want := make([]uint64, n)
+	for i := range want {
+		want[i] = uint64(i)
+	}
+	key := func(i uint64) []byte { return Key(make([]byte, KeySize), i) }
+	slices.SortFunc(want, func(a, b uint64) int { return bytes.Compare(key(a), key(b)) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("KeyOrder(%d) differs from the keys' byte order", n)
+	}
+	for _, x := range []uint64{0, 1, 1 << 63, ^uint64(0), 0x0123456789abcdef} {
+		if y := unmix(mix(x)); y != x {
+			t.Errorf("unmix(mix(%#x)) = %#x", x, y)
+		}
+	}
+}

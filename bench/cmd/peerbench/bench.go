@@ -49,6 +49,9 @@ type result struct {
 	// KeysPerS that over Seconds (scan workloads only; Ops counts scans).
 	Keys     int64   `json:"keys,omitempty"`
 	KeysPerS float64 `json:"keys_per_s,omitempty"`
+	// N is the store's key count (scale workloads only, whose figures are
+	// measured at several).
+	N int `json:"n,omitempty"`
 }
 
 // results is what a run produces, in the order it was measured.
@@ -58,6 +61,9 @@ type results struct {
 	Machine machine
 	Configs map[string][2]string // engine -> {durable, bulk} configuration
 	Rows    []result
+	// Scale holds the scale workload's figures, one row per figure, engine
+	// and key count; they have a table (and ratios) of their own.
+	Scale []result
 }
 
 func newBench(c *config, log io.Writer) (*bench, error) {
@@ -138,6 +144,13 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 			}
 			res.Rows = append(res.Rows, rows...)
 		}
+	}
+	if want("scale") {
+		rows, err := b.scale(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Scale = rows
 	}
 	return res, nil
 }

@@ -27,6 +27,7 @@
 //	fscan1  forward scan over fresh data, 1 goroutine   (scans/s)
 //	fscan2  forward scan over fresh data, 2 goroutines  (scans/s)
 //	frscan1 reverse scan over fresh data, 1 goroutine   (scans/s)
+//	scale   memory and reopen cost against the key count (not in "all": slow)
 //
 // The scan workloads run on the reopened loaded store after the Gets, each
 // for -duration per engine. A scan is one Scan call: one iterator, one seek
@@ -45,6 +46,20 @@
 // scan = scan1,scan2,rscan1,rscan2; fscan = fscan1,fscan2,frscan1; all.
 // reopen, get, miss and scan need the loaded store, so selecting any of them
 // runs the bulk load even if bulk itself is not reported.
+//
+// scale runs only when named, for each key count of -scalen (1M, 20M, ...)
+// and each engine: it bulk-loads a fresh store (the bulk workload's keys,
+// values and batches) while sampling the Go heap every 100 ms, closes it,
+// and measures the reopen in a fresh child process (this binary re-executed)
+// so that the load's heap does not pollute the figures: Open, Open to the
+// first Get, live heap after Open, VmRSS and VmHWM, then Gets, missing-key
+// Gets and -scanlen forward scans on one goroutine (-batch, -gets, -scanlen
+// and -duration apply; -n does not). It reports a table per key count, or
+// -json result lines named scale/<figure> with the key count in "n". -plot
+// writes an SVG of heap after Open (B/key) and Open to first Get (s) against
+// the key count.
+//
+//	peerbench -workloads scale -scalen 1M,5M,20M -plot scale.svg
 package main
 
 import (
@@ -64,6 +79,9 @@ import (
 )
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == scaleChildArg {
+		os.Exit(scaleChildMain(os.Args[2:]))
+	}
 	if err := run(os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -92,12 +110,20 @@ type config struct {
 	quiet      bool
 	cpuprofile string
 	mutexprof  string
+	scaleN     []int  // key counts of the scale workload, ascending
+	plot       string // SVG file for the scale workload's plot
 }
 
 var allWorkloads = []string{
 	"put1", "put32", "bulk", "reopen", "get1", "get2", "miss1", "miss2",
 	"scan1", "scan2", "rscan1", "rscan2", "fscan1", "fscan2", "frscan1",
 }
+
+// optionalWorkloads run only when named: "all" and the default leave them out.
+var optionalWorkloads = []string{"scale"}
+
+// knownWorkloads is every workload in canonical running order.
+var knownWorkloads = append(slices.Clone(allWorkloads), optionalWorkloads...)
 
 var aliases = map[string][]string{
 	"all":   allWorkloads,
@@ -122,9 +148,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("peerbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &config{}
-	var workloads, engines string
+	var workloads, engines, scaleN string
 	fs.IntVar(&c.n, "n", 1_000_000, "keys in the bulk-loaded store (100000 is the quick mode)")
-	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ",")+" (aliases: "+aliasNames()+")")
+	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ",")+" (aliases: "+aliasNames()+"), and scale, which runs only when named")
 	fs.StringVar(&engines, "engines", strings.Join(peers.Names(), ","), "comma-separated engines")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of the table")
 	fs.StringVar(&c.dir, "dir", os.TempDir(), "parent of the run's temporary directory (must be on the disk under test)")
@@ -139,6 +165,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.keep, "keep", false, "keep the stores on disk after the run")
 	fs.BoolVar(&c.quiet, "q", false, "no progress lines on stderr")
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile here; samples are labelled phase=<engine>:<workload>")
+	fs.StringVar(&scaleN, "scalen", "1000000", "scale: comma-separated key counts, suffixes k, M, G allowed (100k,1M,20M)")
+	fs.StringVar(&c.plot, "plot", "", "scale: write an SVG plot of heap after Open (B/key) and Open to first Get (s) against the key count to this file")
 	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile here (unlabelled: narrow -engines and -workloads to attribute it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -171,6 +199,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if c.engines, err = parseEngines(engines); err != nil {
 		return nil, err
 	}
+	if c.scaleN, err = parseCounts(scaleN); err != nil {
+		return nil, fmt.Errorf("-scalen: %w", err)
+	}
+	if c.plot != "" && !contains(c.workloads, "scale") {
+		return nil, errors.New("-plot draws the scale workload: add scale to -workloads")
+	}
 	return c, nil
 }
 
@@ -195,8 +229,8 @@ func parseWorkloads(s string) ([]string, error) {
 			}
 			continue
 		}
-		if !contains(allWorkloads, w) {
-			return nil, fmt.Errorf("unknown workload %q (have %s; aliases %s)", w, strings.Join(allWorkloads, ", "), aliasNames())
+		if !contains(knownWorkloads, w) {
+			return nil, fmt.Errorf("unknown workload %q (have %s; aliases %s)", w, strings.Join(knownWorkloads, ", "), aliasNames())
 		}
 		want[w] = true
 	}
@@ -204,7 +238,7 @@ func parseWorkloads(s string) ([]string, error) {
 		return nil, errors.New("-workloads is empty")
 	}
 	var out []string
-	for _, w := range allWorkloads {
+	for _, w := range knownWorkloads {
 		if want[w] {
 			out = append(out, w)
 		}
@@ -269,6 +303,12 @@ func run(args []string, stdout, stderr io.Writer) (err error) {
 	res, err := b.runAll(context.Background())
 	if err != nil {
 		return err
+	}
+	if c.plot != "" {
+		if err := os.WriteFile(c.plot, []byte(scalePlot(res)), 0o644); err != nil {
+			return fmt.Errorf("-plot: %w", err)
+		}
+		b.progress("plot written to %s", c.plot)
 	}
 	if c.json {
 		return writeJSON(stdout, res)

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"text/tabwriter"
+
+	"github.com/segkv/segkv/bench/peers"
 )
 
 // target is one line of the brief's "Performance targets" table, checked
@@ -120,8 +122,12 @@ func commas(v int64) string {
 func writeTable(w io.Writer, res *results) error {
 	c := res.Config
 	var b strings.Builder
-	fmt.Fprintf(&b, "peerbench: n=%d keys (%d-byte keys, %d-byte values, random order), bulk batches of %d, puts %v per engine in %d rounds, %d Gets per read measurement\n",
-		c.n, 32, 100, c.batch, c.duration, c.rounds, c.gets)
+	if len(res.Rows) > 0 {
+		fmt.Fprintf(&b, "peerbench: n=%d keys (%d-byte keys, %d-byte values, random order), bulk batches of %d, puts %v per engine in %d rounds, %d Gets per read measurement\n",
+			c.n, peers.KeySize, peers.ValueSize, c.batch, c.duration, c.rounds, c.gets)
+	} else {
+		fmt.Fprintf(&b, "peerbench: scale workload only\n")
+	}
 	fmt.Fprintf(&b, "machine: %s %s, %d CPUs, load average %s at start, %s at end\n", res.Machine.GoVersion, res.Machine.OS, res.Machine.CPUs, res.Machine.LoadStart, res.Machine.LoadEnd)
 	fmt.Fprintf(&b, "stores under %s: %s\n\n", res.Root, res.Machine.FS)
 	fmt.Fprintf(&b, "engine configurations:\n")
@@ -129,6 +135,25 @@ func writeTable(w io.Writer, res *results) error {
 		cfg := res.Configs[name]
 		fmt.Fprintf(&b, "  %-9s durable: %s\n  %-9s bulk:    %s\n", name, cfg[0], "", cfg[1])
 	}
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	if len(res.Rows) > 0 {
+		if err := writeMainTable(w, res); err != nil {
+			return err
+		}
+	}
+	if len(res.Scale) > 0 {
+		return writeScaleTable(w, res)
+	}
+	return nil
+}
+
+// writeMainTable writes the table of every workload but scale, and the
+// targets checked on it.
+func writeMainTable(w io.Writer, res *results) error {
+	c := res.Config
+	var b strings.Builder
 	b.WriteString("\nsegkv/peer: on ops/s rows above 1 means segkv is faster; on seconds rows below 1 means segkv is faster.\n")
 	if slices.ContainsFunc(res.Rows, func(r result) bool { return r.Keys > 0 }) {
 		fmt.Fprintf(&b, "scan rows: one op = one iterator + seek to a random key + up to %d key/value reads, for %v per workload; keys/s counts the keys read.\n", c.scanLen, c.duration)
@@ -221,6 +246,9 @@ func writeJSON(w io.Writer, res *results) error {
 		"scan_seconds": c.duration.Seconds(), "scan_len": c.scanLen, "fresh_keys": c.freshKeys,
 		"dir": res.Root, "machine": res.Machine, "workloads": c.workloads, "engines": c.engines,
 	}}
+	if contains(c.workloads, "scale") {
+		lines[0].(map[string]any)["scale_n"] = c.scaleN
+	}
 	for _, name := range c.engines {
 		cfg := res.Configs[name]
 		lines = append(lines, map[string]any{"kind": "engine", "engine": name, "durable": cfg[0], "bulk": cfg[1]})
@@ -234,6 +262,13 @@ func writeJSON(w io.Writer, res *results) error {
 		l := resultLine{Kind: "result", result: r}
 		if r.Engine != "segkv" {
 			l.Ratio, _ = ratio(res.Rows, r.Workload, r.Engine)
+		}
+		lines = append(lines, l)
+	}
+	for _, r := range res.Scale {
+		l := resultLine{Kind: "result", result: r}
+		if r.Engine != "segkv" {
+			l.Ratio, _ = scaleRatio(res.Scale, r.Workload, r.N, r.Engine)
 		}
 		lines = append(lines, l)
 	}

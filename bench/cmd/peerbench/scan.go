@@ -37,17 +37,7 @@ func isFresh(workload string) bool {
 // is a random rank, and the rank tells what a scan from it must return.
 type keySpace struct{ order []uint64 }
 
-func newKeySpace(n int) *keySpace {
-	flat := make([]byte, n*peers.KeySize)
-	order := make([]uint64, n)
-	for i := range order {
-		peers.Key(flat[i*peers.KeySize:], uint64(i))
-		order[i] = uint64(i)
-	}
-	key := func(i uint64) []byte { return flat[i*peers.KeySize : (i+1)*peers.KeySize] }
-	slices.SortFunc(order, func(a, b uint64) int { return bytes.Compare(key(a), key(b)) })
-	return &keySpace{order: order}
-}
+func newKeySpace(n int) *keySpace { return &keySpace{order: peers.KeyOrder(n)} }
 
 func (b *bench) loadedKeySpace() *keySpace {
 	if b.loadedKeys == nil {
