@@ -1,90 +1,36 @@
 // Package index implements the per-segment index file of segkv: the sorted
 // keys of one sealed data file with each key's newest record (kind, offset,
-// length), plus a bloom filter so that a point read of a missing key costs no
-// disk read.
+// length), the segment's range tombstones, and a bloom filter so that a
+// point read of a missing key costs no disk read.
 //
 // The index is a CACHE of information the data file already carries. It is
-// never fsynced. The manifest (the trusted commit point) records the index's
-// body checksum and the identity of the data file it describes; Decode
-// verifies both, and the caller rebuilds the index from the data file when
-// the file is missing, torn, stale or corrupt. A bad index is therefore
-// always refused, never believed: Decode returns a *corruption.Error and
-// never panics on any input.
+// never fsynced. The manifest (the trusted commit point) records one
+// checksum per index and the identity of the data file it describes; a bad
+// index is refused, never believed, and the caller rebuilds it from the data
+// file.
 //
-// # File format, versions 1 and 2
+// # Read where it lies, verified lazily (format version 3)
 //
-// Version 2 is version 1 plus a range section before the trailer (the union
-// of the segment's range tombstones, see appendRanges) and its u64 length
-// right before the checksum; Encode writes version 1 for a segment without
-// range tombstones. The layout below is version 1's.
+// An index is read through a read-only mapping of its file (Load), so the Go
+// heap holds per segment only what every lookup needs: one search word per
+// block of keys (about 0.07 bytes per key) and a verification state per
+// block. Open cost is independent of the number of keys in a block: Load
+// verifies only the top block, which carries every other part's checksum
+// and whose own checksum is the one the manifest records. Each key block and
+// each bloom filter chunk is verified (checksum and structure) the first
+// time a lookup reads it. A part that fails makes the index heal itself: it
+// calls the Repair function the loader gave it, which rebuilds the index
+// from the data file, and from then on answers from the rebuilt index, at
+// the same positions (encoding is deterministic), so an iterator in the
+// middle of a damaged index carries on. Without a Repair, or when repair
+// fails, the lookup returns the *corruption.Error: a wrong answer is never
+// given.
 //
-// All integers are little endian except the search words. Offsets are from
-// the start of the file.
+// docs/parts/index.md describes the byte layout.
 //
-//	offset        size      field
-//	0             8         magic "segkvidx"
-//	8             4         format version, u32 = 1 (any other value is refused)
-//	12            4         flags, u32, must be 0 (reserved)
-//	16            8         n: entry count, u64
-//	24            8         identity: data length of the indexed data file, i64
-//	32            8         identity: data digest of the indexed data file, u64
-//	40            8         R: length of the record area in bytes, u64 (< 2^32)
-//	48            8         m: bloom filter size in bits, u64 (>= 1)
-//	56            4         k: bloom filter hash count, u32 (1..64)
-//	60            4         P: length of the prefix common to all keys, u32
-//	64            8*W       bloom words, W = ceil(m/64) u64 words
-//	S=64+8W       8*n       search words: word i = key i's bytes [P, P+8),
-//	                        zero-padded, as a big-endian u64
-//	S+8n          4*(n+1)   record offsets, u32, relative to the record area
-//	S+8n+4(n+1)   R         record area: n records, back to back
-//	end-8         8         checksum: xxhash64 of every byte before it
-//
-// Record i occupies [off[i], off[i+1]) of the record area:
-//
-//	0   1   kind: 1 = put, 2 = delete (tombstone)
-//	1   8   offset of the record in the data file, i64 (>= 0)
-//	9   4   length of the record in the data file, u32
-//	13  ... key bytes; key length = off[i+1] - off[i] - 13 (0 allowed)
-//
-// P is the length of the longest common prefix of the first and last key
-// (hence of all keys), 0 for an empty index. Because every key starts with
-// the same P bytes, search words are ordered like the keys they come from
-// (equal words mean "look at the whole key").
-//
-// Invariants a valid file satisfies. Decode checks, in one pass with no
-// per-key allocation: the file length is exactly 64 + 8W + 8n + 4(n+1) + R +
-// 8; off[0] = 0, off[n] = R, off[i+1] - off[i] >= 13; kind is 1 or 2; offset +
-// length <= data length; P <= length of key 0 (P = 0 when n = 0). The
-// checksum guards the rest, which Verify checks at a hash per key: keys are
-// strictly increasing under bytes.Compare, P and the search words are as
-// defined above, and the bloom filter is exactly the one Encode builds.
-//
-// Why this layout: Decode is a checksum pass and a bounds pass over one
-// []byte; lookups read straight out of it, so loading a 1M-key index builds
-// no per-key Go objects. A binary search runs over the dense search-word
-// array (one cache line holds 8 words) and touches a record only when words
-// tie and at the end, instead of chasing an offset and then a key (two
-// dependent cache misses) at every step; on 1M 32-byte keys that made Search
-// 1.5-3x faster, and the in-memory fences Decode derives (see fenceStride)
-// another ~2.5x. The bloom and search words start 8-byte aligned. Key
-// lengths are implied by the offsets, so any key length is representable as
-// long as the record area stays below 4 GiB (Encode refuses larger).
-//
-// Encoding is deterministic: the same entries and identity give the same
-// bytes, hence the same checksum. The store relies on this: it compares the
-// checksum of an index rebuilt from the data file with the one the manifest
-// recorded at seal.
-//
-// The bloom filter is github.com/bits-and-blooms/bloom/v3 built with
-// NewWithEstimates(max(n, 1), 0.01) (about 1% false positives); its words are
-// stored directly, so a reader with the same library tests the same bits.
-//
-// Version policy: any change that would make a version-1 reader misread a
-// file (field meaning, checksum, bloom hashing or sizing, search words) must
-// bump the version; readers refuse versions they do not know. An index of an
-// unknown version is rebuilt like any other refused index.
-//
-// docs/parts/index.md describes the same format for FORMAT.md.
+// Versions 1 and 2 (one checksummed blob read whole into the heap) are no
+// longer read; see legacy.go for how segments indexed under them are
+// carried over.
 package index
 
 import (
@@ -94,6 +40,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"sync"
+	"sync/atomic"
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cespare/xxhash/v2"
@@ -109,48 +57,63 @@ const (
 	KindDelete uint8 = 2
 )
 
-// Format constants. They are part of the on-disk format: see the package
-// comment before changing any of them.
+// Format constants. They are part of the on-disk format: see
+// docs/parts/index.md before changing any of them.
 const (
-	// Magic identifies an index file.
+	// Magic identifies an index file; it opens the file and ends its footer.
 	Magic = "segkvidx"
-	// Version is the newest format version this package writes and reads.
-	// Encode writes version 1 for a segment without range tombstones (so
-	// indexes of such segments keep the bytes, and the checksums, they had
-	// before version 2) and version 2 for one with them.
-	Version uint32 = 2
-	// versionNoRanges is the format of an index without range tombstones.
-	versionNoRanges uint32 = 1
+	// Version is the format version this package writes and reads.
+	Version uint32 = 3
 
-	headerSize  = 64
-	trailerSize = 8
+	// BlockEntries is the number of keys per key block (the last block may
+	// hold fewer). 128 keys of 16 to 32 bytes make blocks of 5 to 7 KiB:
+	// a lookup's binary search inside one touches about 1 KiB of search
+	// words, and a block's one-time verification hashes a few KiB.
+	BlockEntries = 128
+	// bloomChunkWords is the number of 64-bit bloom words per verified
+	// chunk (4 KiB).
+	bloomChunkWords = 512
+
+	fileHeaderSize = 16 // magic, version, flags
+	footerSize     = 32 // top offset, top length, magic, version, reserved
 	// recordMeta is the fixed part of a record: kind, offset, length.
 	recordMeta = 1 + 8 + 4
 	// maxBloomK bounds the hash count a reader accepts, so that a damaged
-	// header cannot make every lookup arbitrarily slow. NewWithEstimates at
+	// file cannot make every lookup arbitrarily slow. NewWithEstimates at
 	// 1% gives 7.
 	maxBloomK = 64
 	// falsePositiveRate is the bloom filter's target false-positive rate.
 	falsePositiveRate = 0.01
-	// fenceStride is the number of search words per fence: Decode samples
-	// every fenceStride-th word into a small array (8 bytes per 64 keys) that
-	// stays in cache, so a lookup binary-searches it first and then a single
-	// 512-byte run of words instead of ~20 levels of mostly cold words.
-	fenceStride = 64
+	// maxBlockEntries bounds the entries per block a reader accepts.
+	maxBlockEntries = 1 << 16
 )
 
-// Header field offsets, named so that errors can point at the field.
+// Top block field offsets. The top block is checksummed as a whole; its
+// checksum is the index's checksum.
 const (
-	offMagic   = 0
-	offVersion = 8
-	offFlags   = 12
-	offCount   = 16
-	offDataLen = 24
-	offDigest  = 32
-	offRecLen  = 40
-	offBloomM  = 48
-	offBloomK  = 56
-	offPrefix  = 60
+	topVersion      = 0   // u32
+	topFlags        = 4   // u32: bit 0 = records in key order
+	topCount        = 8   // u64 n
+	topDataLen      = 16  // i64
+	topDigest       = 24  // u64
+	topLegacy       = 32  // u64: the version 1/2 checksum this file stands in for, or 0
+	topBlockEntries = 40  // u32
+	topBlocks       = 44  // u32
+	topPrefix       = 48  // u32 P
+	topBloomK       = 52  // u32
+	topBloomM       = 56  // u64
+	topBloomOff     = 64  // u64
+	topChunkWords   = 72  // u32
+	topChunks       = 76  // u32
+	topRangeOff     = 80  // u64
+	topRangeLen     = 88  // u64
+	topRangeSum     = 96  // u64
+	topKeysLen      = 104 // u64
+	topFixed        = 112
+
+	tabEntry = 28 // per block: offset u64, length u32, checksum u64, first key offset u32, length u32
+
+	flagInKeyOrder = 1
 )
 
 // ErrInvalidEntries is matched (errors.Is) by every error Encode returns for
@@ -174,24 +137,74 @@ type Identity struct {
 	DataDigest uint64
 }
 
-// Index is a decoded, verified index. It aliases the bytes it was decoded
-// from; the caller must not modify them afterwards. An Index is immutable and
-// safe for concurrent use.
+// Part verification states.
+const (
+	unchecked uint32 = iota
+	good
+	bad
+)
+
+// Index is a loaded index whose top block was verified. It reads the bytes
+// it was loaded from (a mapping or a buffer) until Close. An Index is safe
+// for concurrent use.
 type Index struct {
-	data     []byte // the whole file
-	n        int
-	prefix   []byte   // the P bytes every key starts with
-	words    []byte   // n big-endian u64 search words
-	fences   []uint64 // words[0], words[fenceStride], ...: derived at Decode
-	offs     []byte   // (n+1) u32 record offsets
-	recs     []byte   // record area
-	filter   *bloom.BloomFilter
-	checksum uint64
-	id       Identity
-	ranges   *rangedel.Set // the segment's range tombstones (nil: none)
-	// inKeyOrder: the records the entries point at lie in the data file in
-	// key order (derived at Decode).
+	path  string
+	data  []byte
+	unmap func() error
+
+	n          int
+	perBlock   int
+	blocks     int
+	prefix     []byte // the P bytes every key starts with
+	tab        []byte // the block table, in the top block
+	chunkSums  []byte // the bloom chunk checksums, in the top block
+	firstKeys  []byte // the first-key area, in the top block
+	firstWords []uint64
+	bloomM     uint64
+	bloomK     int
+	bloom      []byte // the bloom words
+	chunks     int
+	chunkWords int
+	state      []atomic.Uint32 // blocks, then bloom chunks
+	ranges     *rangedel.Set
+	checksum   uint64 // the top block's checksum
+	legacy     uint64
+	id         Identity
 	inKeyOrder bool
+	heapBytes  int
+
+	repair   func(cause error) (*Index, error)
+	healMu   sync.Mutex
+	healed   atomic.Pointer[Index]
+	healErr  error // healMu: why healing failed (sticky)
+	closed   sync.Once
+	closeErr error
+}
+
+// validateEntries checks what every encoding needs of its entries and
+// returns the size of their records.
+func validateEntries(entries []Entry, id Identity) (recLen uint64, err error) {
+	if id.DataLength < 0 {
+		return 0, fmt.Errorf("%w: negative data length %d", ErrInvalidEntries, id.DataLength)
+	}
+	for i, e := range entries {
+		if i > 0 && bytes.Compare(entries[i-1].Key, e.Key) >= 0 {
+			return 0, fmt.Errorf("%w: entry %d (key %q) is not after entry %d (key %q)",
+				ErrInvalidEntries, i, truncKey(e.Key), i-1, truncKey(entries[i-1].Key))
+		}
+		if e.Kind != KindPut && e.Kind != KindDelete {
+			return 0, fmt.Errorf("%w: entry %d (key %q) has unknown kind %d", ErrInvalidEntries, i, truncKey(e.Key), e.Kind)
+		}
+		if e.Offset < 0 || e.Offset > id.DataLength-int64(e.Length) {
+			return 0, fmt.Errorf("%w: entry %d (key %q): record [%d, +%d) is outside the data file of length %d",
+				ErrInvalidEntries, i, truncKey(e.Key), e.Offset, e.Length, id.DataLength)
+		}
+		recLen += recordMeta + uint64(len(e.Key))
+		if recLen > math.MaxUint32 {
+			return 0, fmt.Errorf("%w: record area exceeds 4 GiB at entry %d", ErrInvalidEntries, i)
+		}
+	}
+	return recLen, nil
 }
 
 // Encode builds the index file bytes for entries, which must be sorted by key
@@ -199,42 +212,39 @@ type Index struct {
 // manifest records. Every entry must have a known kind and lie inside the
 // data file described by id.
 func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err error) {
-	return EncodeWithRanges(entries, nil, id)
+	return encode(entries, nil, id, 0)
 }
 
 // EncodeWithRanges is Encode for a segment that also holds range
 // tombstones: ranges is their union. The entries are the keys that survive
 // them, each newer than any of the segment's range tombstones covering it.
 func EncodeWithRanges(entries []Entry, ranges *rangedel.Set, id Identity) (data []byte, checksum uint64, err error) {
-	if id.DataLength < 0 {
-		return nil, 0, fmt.Errorf("%w: negative data length %d", ErrInvalidEntries, id.DataLength)
-	}
-	recLen := uint64(0)
-	for i, e := range entries {
-		if i > 0 && bytes.Compare(entries[i-1].Key, e.Key) >= 0 {
-			return nil, 0, fmt.Errorf("%w: entry %d (key %q) is not after entry %d (key %q)",
-				ErrInvalidEntries, i, truncKey(e.Key), i-1, truncKey(entries[i-1].Key))
-		}
-		if e.Kind != KindPut && e.Kind != KindDelete {
-			return nil, 0, fmt.Errorf("%w: entry %d (key %q) has unknown kind %d", ErrInvalidEntries, i, truncKey(e.Key), e.Kind)
-		}
-		if e.Offset < 0 || e.Offset > id.DataLength-int64(e.Length) {
-			return nil, 0, fmt.Errorf("%w: entry %d (key %q): record [%d, +%d) is outside the data file of length %d",
-				ErrInvalidEntries, i, truncKey(e.Key), e.Offset, e.Length, id.DataLength)
-		}
-		recLen += recordMeta + uint64(len(e.Key))
-		if recLen > math.MaxUint32 {
-			return nil, 0, fmt.Errorf("%w: record area exceeds 4 GiB at entry %d", ErrInvalidEntries, i)
-		}
-	}
+	return encode(entries, ranges, id, 0)
+}
 
+// EncodeUpgrade is EncodeWithRanges for a segment whose manifest record
+// predates version 3: it carries legacyChecksum (LegacyChecksum of the same
+// entries, ranges and identity, as the manifest recorded it), and Load
+// accepts it against that checksum. It returns legacyChecksum, the value the
+// manifest holds, as the checksum.
+func EncodeUpgrade(entries []Entry, ranges *rangedel.Set, id Identity, legacyChecksum uint64) (data []byte, checksum uint64, err error) {
+	if legacyChecksum == 0 {
+		return nil, 0, fmt.Errorf("%w: an upgraded index needs its legacy checksum", ErrInvalidEntries)
+	}
+	data, _, err = encode(entries, ranges, id, legacyChecksum)
+	return data, legacyChecksum, err
+}
+
+func encode(entries []Entry, ranges *rangedel.Set, id Identity, legacy uint64) ([]byte, uint64, error) {
+	if _, err := validateEntries(entries, id); err != nil {
+		return nil, 0, err
+	}
 	n := len(entries)
 	filter := bloom.NewWithEstimates(uint(max(n, 1)), falsePositiveRate)
 	for _, e := range entries {
 		filter.Add(e.Key)
 	}
-	m := uint64(filter.Cap())
-	k := uint64(filter.K())
+	m, k := uint64(filter.Cap()), uint64(filter.K())
 	words := filter.BitSet().Words()
 	w := wordsFor(m)
 	if uint64(len(words)) < w || k > maxBloomK {
@@ -242,276 +252,343 @@ func EncodeWithRanges(entries []Entry, ranges *rangedel.Set, id Identity) (data 
 		// write a file this package would not read back.
 		return nil, 0, fmt.Errorf("index: bloom filter with m=%d k=%d and %d words is not encodable", m, k, len(words))
 	}
-
 	prefixLen := 0
 	if n > 0 {
 		prefixLen = commonPrefix(entries[0].Key, entries[n-1].Key)
 	}
-	wordsStart := headerSize + 8*w
-	offsStart := wordsStart + 8*uint64(n)
-	recStart := offsStart + 4*uint64(n+1)
-	version, rangeSection := versionNoRanges, []byte(nil)
-	if ranges.Len() > 0 {
-		version, rangeSection = Version, appendRanges(nil, ranges)
+	inKeyOrder := true
+	for i := 1; i < n; i++ {
+		if entries[i].Offset <= entries[i-1].Offset {
+			inKeyOrder = false
+			break
+		}
 	}
-	rangeLen := uint64(len(rangeSection))
-	if version >= 2 {
-		rangeLen += rangeTrailerSize
-	}
-	total := recStart + recLen + rangeLen + trailerSize
-	if total > math.MaxInt {
-		return nil, 0, fmt.Errorf("%w: index of %d bytes is too large", ErrInvalidEntries, total)
-	}
-	buf := make([]byte, total)
 
 	le := binary.LittleEndian
-	copy(buf[offMagic:], Magic)
-	le.PutUint32(buf[offVersion:], version)
-	le.PutUint32(buf[offFlags:], 0)
-	le.PutUint64(buf[offCount:], uint64(n))
-	le.PutUint64(buf[offDataLen:], uint64(id.DataLength))
-	le.PutUint64(buf[offDigest:], id.DataDigest)
-	le.PutUint64(buf[offRecLen:], recLen)
-	le.PutUint64(buf[offBloomM:], m)
-	le.PutUint32(buf[offBloomK:], uint32(k))
-	le.PutUint32(buf[offPrefix:], uint32(prefixLen))
+	buf := make([]byte, 0, fileHeaderSize+n*(8+4+recordMeta+16)+int(8*w)+4096)
+	buf = append(buf, Magic...)
+	buf = le.AppendUint32(buf, Version)
+	buf = le.AppendUint32(buf, 0)
+
+	blocks := (n + BlockEntries - 1) / BlockEntries
+	tab := make([]byte, 0, blocks*tabEntry)
+	var firstKeys []byte
+	for b := range blocks {
+		blk := entries[b*BlockEntries : min(n, (b+1)*BlockEntries)]
+		start := len(buf)
+		for _, e := range blk {
+			buf = binary.BigEndian.AppendUint64(buf, searchWord(e.Key[prefixLen:]))
+		}
+		pos := uint32(0)
+		for _, e := range blk {
+			buf = le.AppendUint32(buf, pos)
+			pos += recordMeta + uint32(len(e.Key))
+		}
+		buf = le.AppendUint32(buf, pos)
+		for _, e := range blk {
+			buf = append(buf, e.Kind)
+			buf = le.AppendUint64(buf, uint64(e.Offset))
+			buf = le.AppendUint32(buf, e.Length)
+			buf = append(buf, e.Key...)
+		}
+		if uint64(len(buf)-start) > math.MaxUint32 || len(firstKeys)+len(blk[0].Key) > math.MaxUint32 {
+			return nil, 0, fmt.Errorf("%w: block %d exceeds 4 GiB", ErrInvalidEntries, b)
+		}
+		tab = le.AppendUint64(tab, uint64(start))
+		tab = le.AppendUint32(tab, uint32(len(buf)-start))
+		tab = le.AppendUint64(tab, xxhash.Sum64(buf[start:]))
+		tab = le.AppendUint32(tab, uint32(len(firstKeys)))
+		tab = le.AppendUint32(tab, uint32(len(blk[0].Key)))
+		firstKeys = append(firstKeys, blk[0].Key...)
+	}
+
+	bloomOff := len(buf)
 	for i := uint64(0); i < w; i++ {
-		le.PutUint64(buf[headerSize+8*i:], words[i])
+		buf = le.AppendUint64(buf, words[i])
+	}
+	chunks := int((w + bloomChunkWords - 1) / bloomChunkWords)
+	chunkSums := make([]byte, 0, 8*chunks)
+	for c := range chunks {
+		lo := bloomOff + 8*c*bloomChunkWords
+		hi := min(lo+8*bloomChunkWords, bloomOff+int(8*w))
+		chunkSums = le.AppendUint64(chunkSums, xxhash.Sum64(buf[lo:hi]))
 	}
 
-	offs := buf[offsStart:recStart]
-	recs := buf[recStart : recStart+recLen]
-	pos := uint32(0)
-	for i, e := range entries {
-		binary.BigEndian.PutUint64(buf[wordsStart+8*uint64(i):], searchWord(e.Key[prefixLen:]))
-		le.PutUint32(offs[4*i:], pos)
-		r := recs[pos:]
-		r[0] = e.Kind
-		le.PutUint64(r[1:], uint64(e.Offset))
-		le.PutUint32(r[9:], e.Length)
-		copy(r[recordMeta:], e.Key)
-		pos += recordMeta + uint32(len(e.Key))
+	rangeOff := len(buf)
+	var rangeSum uint64
+	if ranges.Len() > 0 {
+		buf = appendRanges(buf, ranges)
+		rangeSum = xxhash.Sum64(buf[rangeOff:])
 	}
-	le.PutUint32(offs[4*n:], pos)
-	if version >= 2 {
-		copy(buf[recStart+recLen:], rangeSection)
-		le.PutUint64(buf[total-trailerSize-rangeTrailerSize:], uint64(len(rangeSection)))
-	}
+	rangeLen := len(buf) - rangeOff
 
-	body := buf[:total-trailerSize]
-	sum := xxhash.Sum64(body)
-	le.PutUint64(buf[total-trailerSize:], sum)
+	topOff := len(buf)
+	var flags uint32
+	if inKeyOrder {
+		flags |= flagInKeyOrder
+	}
+	buf = le.AppendUint32(buf, Version)
+	buf = le.AppendUint32(buf, flags)
+	buf = le.AppendUint64(buf, uint64(n))
+	buf = le.AppendUint64(buf, uint64(id.DataLength))
+	buf = le.AppendUint64(buf, id.DataDigest)
+	buf = le.AppendUint64(buf, legacy)
+	buf = le.AppendUint32(buf, BlockEntries)
+	buf = le.AppendUint32(buf, uint32(blocks))
+	buf = le.AppendUint32(buf, uint32(prefixLen))
+	buf = le.AppendUint32(buf, uint32(k))
+	buf = le.AppendUint64(buf, m)
+	buf = le.AppendUint64(buf, uint64(bloomOff))
+	buf = le.AppendUint32(buf, bloomChunkWords)
+	buf = le.AppendUint32(buf, uint32(chunks))
+	buf = le.AppendUint64(buf, uint64(rangeOff))
+	buf = le.AppendUint64(buf, uint64(rangeLen))
+	buf = le.AppendUint64(buf, rangeSum)
+	buf = le.AppendUint64(buf, uint64(len(firstKeys)))
+	buf = append(buf, tab...)
+	buf = append(buf, chunkSums...)
+	buf = append(buf, firstKeys...)
+	sum := xxhash.Sum64(buf[topOff:])
+	buf = le.AppendUint64(buf, sum)
+	topLen := len(buf) - topOff
+
+	buf = le.AppendUint64(buf, uint64(topOff))
+	buf = le.AppendUint64(buf, uint64(topLen))
+	buf = append(buf, Magic...)
+	buf = le.AppendUint32(buf, Version)
+	buf = le.AppendUint32(buf, 0)
 	return buf, sum, nil
 }
 
-// Decode verifies data against wantChecksum (the checksum the manifest
-// recorded) and id (the data file the caller expects) and returns a ready
-// index that aliases data. Any truncation, bad magic, unknown version,
-// checksum mismatch, identity mismatch or inconsistent internal offset is a
-// *corruption.Error naming path and the offending offset. Decode never
-// panics.
-//
-// Cost: one xxhash pass over data, one pass over the offset array and record
-// headers, a copy of the bloom filter's words (about 1.2 bytes per key) and
-// one sampled search word per 64 keys; no per-key allocation.
-func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index, error) {
-	le := binary.LittleEndian
-	size := uint64(len(data))
-	if size < headerSize+trailerSize {
-		return nil, corruption.New(path, int64(size), "index truncated: %d bytes, a header and trailer need %d", size, headerSize+trailerSize)
-	}
-	if string(data[offMagic:offMagic+len(Magic)]) != Magic {
-		return nil, corruption.New(path, offMagic, "bad index magic %q", data[offMagic:offMagic+len(Magic)])
-	}
-	version := le.Uint32(data[offVersion:])
-	if version != versionNoRanges && version != Version {
-		return nil, corruption.New(path, offVersion, "unknown index format version %d (this build reads %d and %d)", version, versionNoRanges, Version)
-	}
-	// The file's own checksum first: it tells a torn or damaged file from an
-	// intact one built for something else, which the next checks report.
-	body := data[:size-trailerSize]
-	stored := le.Uint64(data[size-trailerSize:])
-	sum := xxhash.Sum64(body)
-	if sum != stored {
-		return nil, corruption.New(path, int64(size-trailerSize),
-			"index checksum mismatch: stored %016x, computed %016x over %d bytes (torn or damaged)", stored, sum, len(body))
-	}
-	got := Identity{DataLength: int64(le.Uint64(data[offDataLen:])), DataDigest: le.Uint64(data[offDigest:])}
-	if got != id {
-		return nil, corruption.New(path, offDataLen,
-			"stale index: built for data length %d digest %016x, expected length %d digest %016x",
-			got.DataLength, got.DataDigest, id.DataLength, id.DataDigest)
-	}
-	if id.DataLength < 0 {
-		// Also keeps the per-record bound check below free of overflow.
-		return nil, corruption.New(path, offDataLen, "negative data length %d", id.DataLength)
-	}
-	if sum != wantChecksum {
-		return nil, corruption.New(path, int64(size-trailerSize),
-			"index checksum %016x differs from the recorded %016x (stale index)", sum, wantChecksum)
-	}
-	if f := le.Uint32(data[offFlags:]); f != 0 {
-		return nil, corruption.New(path, offFlags, "unknown index flags %#x", f)
-	}
-
-	// Sizes. Each is bounded by the file size before any multiplication, so
-	// nothing below can overflow.
-	n := le.Uint64(data[offCount:])
-	recLen := le.Uint64(data[offRecLen:])
-	m := le.Uint64(data[offBloomM:])
-	k := le.Uint32(data[offBloomK:])
-	if m == 0 || m/64 > size {
-		return nil, corruption.New(path, offBloomM, "bloom filter size %d bits does not fit a %d-byte index", m, size)
-	}
-	if k == 0 || k > maxBloomK {
-		return nil, corruption.New(path, offBloomK, "bloom filter hash count %d out of range 1..%d", k, maxBloomK)
-	}
-	if n > size/4 {
-		return nil, corruption.New(path, offCount, "entry count %d does not fit a %d-byte index", n, size)
-	}
-	if recLen > math.MaxUint32 || recLen > size {
-		return nil, corruption.New(path, offRecLen, "record area length %d does not fit a %d-byte index", recLen, size)
-	}
-	var rangeLen uint64 // the range section and its length field
-	if version >= 2 {
-		if size < headerSize+rangeTrailerSize+trailerSize {
-			return nil, corruption.New(path, int64(size), "version %d index of %d bytes has no room for its range section length", version, size)
-		}
-		q := le.Uint64(data[size-trailerSize-rangeTrailerSize:])
-		if q > size {
-			return nil, corruption.New(path, int64(size-trailerSize-rangeTrailerSize), "range section length %d does not fit a %d-byte index", q, size)
-		}
-		rangeLen = q + rangeTrailerSize
-	}
-	w := wordsFor(m)
-	wordsStart := headerSize + 8*w
-	offsStart := wordsStart + 8*n
-	recStart := offsStart + 4*(n+1)
-	want := recStart + recLen + rangeLen + trailerSize
-	if want != size {
-		return nil, corruption.New(path, offCount,
-			"index is %d bytes, its header (n=%d, records=%d, bloom=%d bits) implies %d", size, n, recLen, m, want)
-	}
-	offs := data[offsStart:recStart]
-	recs := data[recStart : recStart+recLen]
-
-	// One pass over the offsets and record headers: afterwards every At and
-	// Get is in bounds and returns a well-formed entry.
-	if first := le.Uint32(offs); first != 0 {
-		return nil, corruption.New(path, int64(offsStart), "first record offset is %d, not 0", first)
-	}
-	prev := uint64(0)
-	inKeyOrder, lastOff := true, int64(-1)
-	for i := uint64(0); i < n; i++ {
-		next := uint64(le.Uint32(offs[4*(i+1):]))
-		if next < prev+recordMeta || next > recLen {
-			return nil, corruption.New(path, int64(offsStart+4*(i+1)),
-				"record %d spans [%d, %d) of a %d-byte record area", i, prev, next, recLen)
-		}
-		r := recs[prev:next]
-		if r[0] != KindPut && r[0] != KindDelete {
-			return nil, corruption.New(path, int64(recStart+prev), "record %d has unknown kind %d", i, r[0])
-		}
-		off := int64(le.Uint64(r[1:]))
-		length := int64(le.Uint32(r[9:]))
-		if off < 0 || off > id.DataLength-length {
-			return nil, corruption.New(path, int64(recStart+prev+1),
-				"record %d points at [%d, +%d), outside the data file of length %d", i, off, length, id.DataLength)
-		}
-		if off <= lastOff {
-			inKeyOrder = false
-		}
-		lastOff = off
-		prev = next
-	}
-	if prev != recLen {
-		return nil, corruption.New(path, int64(offsStart+4*n), "last record ends at %d, the record area is %d bytes", prev, recLen)
-	}
-	// Search slices the common prefix out of key 0 and nothing else, so
-	// bounding P by that key is all memory safety needs.
-	prefixLen := uint64(le.Uint32(data[offPrefix:]))
-	var prefix []byte
-	if n == 0 {
-		if prefixLen != 0 {
-			return nil, corruption.New(path, offPrefix, "empty index with a common key prefix of %d bytes", prefixLen)
-		}
-	} else {
-		key0 := recs[recordMeta:le.Uint32(offs[4:])]
-		if prefixLen > uint64(len(key0)) {
-			return nil, corruption.New(path, offPrefix, "common key prefix of %d bytes is longer than the first key (%d)", prefixLen, len(key0))
-		}
-		prefix = key0[:prefixLen:prefixLen]
-	}
-
-	// Copied rather than aliased: a []byte cannot be viewed as []uint64
-	// portably (alignment, endianness), and the copy is small (m/8 bytes).
-	words := make([]uint64, w)
-	for i := range words {
-		words[i] = le.Uint64(data[headerSize+8*i:])
-	}
-	searchWords := data[wordsStart:offsStart]
-	fences := make([]uint64, (n+fenceStride-1)/fenceStride)
-	for i := range fences {
-		fences[i] = binary.BigEndian.Uint64(searchWords[8*fenceStride*i:])
-	}
-	var ranges *rangedel.Set
-	if version >= 2 {
-		section := data[recStart+recLen : recStart+recLen+rangeLen-rangeTrailerSize]
-		var err error
-		if ranges, err = decodeRanges(section); err != nil {
-			return nil, corruption.New(path, int64(recStart+recLen), "range section: %v", err)
-		}
-		if ranges.Len() == 0 {
-			// Encode writes version 1 when there are no ranges; a version 2
-			// file without any is not one it made.
-			return nil, corruption.New(path, int64(recStart+recLen), "version %d index with an empty range section", version)
-		}
-	}
-	return &Index{
-		inKeyOrder: inKeyOrder,
-		ranges:     ranges,
-		data:       data,
-		n:          int(n),
-		prefix:     prefix,
-		words:      searchWords,
-		fences:     fences,
-		offs:       offs,
-		recs:       recs,
-		filter:     bloom.FromWithM(words, uint(m), uint(k)),
-		checksum:   sum,
-		id:         id,
-	}, nil
+// LoadOptions configure Load.
+type LoadOptions struct {
+	// NoMap reads the file into the heap instead of mapping it (for file
+	// systems without mappings, or stores that disable them).
+	NoMap bool
+	// Repair, if set, is called (at most once per Index) when a part found
+	// damaged after Load fails its verification. It returns the index
+	// rebuilt from the data file, verified against the same manifest
+	// record, or an error. Repair must not call back into the Index.
+	Repair func(cause error) (*Index, error)
 }
 
-// Load reads path from fsys and decodes it (see Decode). A missing file is an
-// error matching fs.ErrNotExist; a short read is corruption (a torn file).
-func Load(fsys vfs.FS, path string, wantChecksum uint64, id Identity) (*Index, error) {
+// Load maps (or reads) the index file at path and verifies its top block
+// against wantChecksum, the checksum the manifest recorded, and id, the
+// data file the caller expects (see Decode). A missing file is an error
+// matching fs.ErrNotExist; a short or damaged one is a *corruption.Error.
+// The Index reads the mapping until Close.
+func Load(fsys vfs.FS, path string, wantChecksum uint64, id Identity, opts LoadOptions) (*Index, error) {
 	f, err := fsys.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("index: open %s: %w", path, err)
 	}
-	defer f.Close() // read-only: a close error cannot lose data
+	defer f.Close() // read-only: a close error cannot lose data; a mapping outlives it
 	size, err := f.Size()
 	if err != nil {
 		return nil, fmt.Errorf("index: size of %s: %w", path, err)
 	}
-	if size < 0 || uint64(size) > math.MaxInt {
-		return nil, corruption.New(path, -1, "index file size %d is not readable", size)
+	if size < fileHeaderSize+footerSize || uint64(size) > math.MaxInt {
+		return nil, corruption.New(path, size, "index file of %d bytes is too short for a header and a footer", size)
 	}
-	data := make([]byte, size)
-	n, err := f.ReadAt(data, 0)
-	if n < len(data) {
-		if err == nil || errors.Is(err, io.EOF) {
-			// The file shrank under us; treat it like a torn file.
-			return nil, corruption.New(path, int64(n), "index read %d of %d bytes", n, size)
+	var data []byte
+	var unmap func() error
+	if mp, ok := f.(vfs.Mapper); ok && !opts.NoMap {
+		data, unmap, err = mp.Map(size)
+		if err != nil {
+			return nil, fmt.Errorf("index: map %s: %w", path, err)
 		}
-		return nil, fmt.Errorf("index: read %s: %w", path, err)
+	} else {
+		data = make([]byte, size)
+		n, err := f.ReadAt(data, 0)
+		if n < len(data) {
+			if err == nil || errors.Is(err, io.EOF) {
+				return nil, corruption.New(path, int64(n), "index read %d of %d bytes", n, size)
+			}
+			return nil, fmt.Errorf("index: read %s: %w", path, err)
+		}
 	}
-	return Decode(path, data, wantChecksum, id)
+	ix, err := Decode(path, data, wantChecksum, id)
+	if err != nil {
+		if unmap != nil {
+			_ = unmap() // nothing was read from it that anyone keeps
+		}
+		return nil, err
+	}
+	ix.unmap, ix.repair = unmap, opts.Repair
+	if unmap == nil {
+		ix.heapBytes += len(data)
+	}
+	return ix, nil
+}
+
+// Decode verifies the top block of data against wantChecksum and id and
+// returns an index that reads data (which the caller must not modify
+// afterwards). wantChecksum matches the top block's checksum, or, for a
+// file EncodeUpgrade made, the legacy checksum it carries. Any truncation,
+// bad magic, unknown version, checksum mismatch, identity mismatch or
+// inconsistent offset in the top block is a *corruption.Error naming path
+// and the offending offset; key blocks and bloom chunks are checked when
+// first read. Decode never panics, and no later read of a decoded index
+// panics on any input. Its cost is one pass over the top block: O(blocks),
+// not O(keys).
+func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index, error) {
+	le := binary.LittleEndian
+	size := uint64(len(data))
+	if size < fileHeaderSize+footerSize {
+		return nil, corruption.New(path, int64(size), "index truncated: %d bytes, a header and footer need %d", size, fileHeaderSize+footerSize)
+	}
+	if string(data[:len(Magic)]) != Magic {
+		return nil, corruption.New(path, 0, "bad index magic %q", data[:len(Magic)])
+	}
+	if v := le.Uint32(data[8:]); v != Version {
+		return nil, corruption.New(path, 8, "index format version %d is not read by this build (it reads %d; the index is rebuilt)", v, Version)
+	}
+	if f := le.Uint32(data[12:]); f != 0 {
+		return nil, corruption.New(path, 12, "unknown index flags %#x", f)
+	}
+	foot := data[size-footerSize:]
+	if string(foot[16:24]) != Magic || le.Uint32(foot[24:]) != Version || le.Uint32(foot[28:]) != 0 {
+		return nil, corruption.New(path, int64(size-footerSize), "bad index footer (torn or damaged)")
+	}
+	topOff, topLen := le.Uint64(foot), le.Uint64(foot[8:])
+	if topOff < fileHeaderSize || topLen < topFixed+8 || topOff > size || topLen != size-footerSize-topOff {
+		return nil, corruption.New(path, int64(size-footerSize), "top block [%d, +%d) does not end at the footer of a %d-byte index", topOff, topLen, size)
+	}
+	top := data[topOff : topOff+topLen-8]
+	stored := le.Uint64(data[topOff+topLen-8:])
+	sum := xxhash.Sum64(top)
+	if sum != stored {
+		return nil, corruption.New(path, int64(topOff+topLen-8),
+			"top block checksum mismatch: stored %016x, computed %016x (torn or damaged)", stored, sum)
+	}
+	got := Identity{DataLength: int64(le.Uint64(top[topDataLen:])), DataDigest: le.Uint64(top[topDigest:])}
+	if got != id {
+		return nil, corruption.New(path, int64(topOff+topDataLen),
+			"stale index: built for data length %d digest %016x, expected length %d digest %016x",
+			got.DataLength, got.DataDigest, id.DataLength, id.DataDigest)
+	}
+	if id.DataLength < 0 {
+		return nil, corruption.New(path, int64(topOff+topDataLen), "negative data length %d", id.DataLength)
+	}
+	legacy := le.Uint64(top[topLegacy:])
+	if sum != wantChecksum && (legacy == 0 || legacy != wantChecksum) {
+		return nil, corruption.New(path, int64(topOff+topLen-8),
+			"index checksum %016x differs from the recorded %016x (stale index)", sum, wantChecksum)
+	}
+	at := func(field int) int64 { return int64(topOff) + int64(field) }
+	if v := le.Uint32(top[topVersion:]); v != Version {
+		return nil, corruption.New(path, at(topVersion), "top block names version %d", v)
+	}
+	flags := le.Uint32(top[topFlags:])
+	if flags&^flagInKeyOrder != 0 {
+		return nil, corruption.New(path, at(topFlags), "unknown top block flags %#x", flags)
+	}
+
+	// Counts, each bounded by the file size before any multiplication.
+	n := le.Uint64(top[topCount:])
+	per := uint64(le.Uint32(top[topBlockEntries:]))
+	blocks := uint64(le.Uint32(top[topBlocks:]))
+	prefixLen := uint64(le.Uint32(top[topPrefix:]))
+	k := uint64(le.Uint32(top[topBloomK:]))
+	m := le.Uint64(top[topBloomM:])
+	bloomOff := le.Uint64(top[topBloomOff:])
+	chunkWords := uint64(le.Uint32(top[topChunkWords:]))
+	chunks := uint64(le.Uint32(top[topChunks:]))
+	rangeOff, rangeLen := le.Uint64(top[topRangeOff:]), le.Uint64(top[topRangeLen:])
+	rangeSum := le.Uint64(top[topRangeSum:])
+	keysLen := le.Uint64(top[topKeysLen:])
+	if n > size/recordMeta {
+		return nil, corruption.New(path, at(topCount), "entry count %d does not fit a %d-byte index", n, size)
+	}
+	if per == 0 || per > maxBlockEntries || blocks != (n+per-1)/per {
+		return nil, corruption.New(path, at(topBlocks), "%d blocks of %d entries cannot hold %d entries", blocks, per, n)
+	}
+	if k == 0 || k > maxBloomK {
+		return nil, corruption.New(path, at(topBloomK), "bloom filter hash count %d out of range 1..%d", k, maxBloomK)
+	}
+	if m == 0 || m/8 > size {
+		return nil, corruption.New(path, at(topBloomM), "bloom filter of %d bits does not fit a %d-byte index", m, size)
+	}
+	w := wordsFor(m)
+	if chunkWords == 0 || chunkWords > math.MaxInt32/8 || chunks != (w+chunkWords-1)/chunkWords {
+		return nil, corruption.New(path, at(topChunks), "%d chunks of %d words cannot hold %d bloom words", chunks, chunkWords, w)
+	}
+	if bloomOff < fileHeaderSize || bloomOff > topOff || 8*w > topOff-bloomOff || rangeOff != bloomOff+8*w ||
+		rangeLen > topOff-rangeOff || rangeOff+rangeLen != topOff {
+		return nil, corruption.New(path, at(topBloomOff), "bloom filter [%d, +%d) and range section [%d, +%d) do not tile the space before the top block at %d",
+			bloomOff, 8*w, rangeOff, rangeLen, topOff)
+	}
+	if keysLen > topLen || topFixed+tabEntry*blocks+8*chunks+keysLen+8 != topLen {
+		return nil, corruption.New(path, at(topKeysLen), "top block of %d bytes does not hold %d blocks, %d chunks and %d key bytes", topLen, blocks, chunks, keysLen)
+	}
+	tab := top[topFixed : topFixed+tabEntry*blocks]
+	chunkSums := top[topFixed+tabEntry*blocks : topFixed+tabEntry*blocks+8*chunks]
+	firstKeys := top[topFixed+tabEntry*blocks+8*chunks:]
+
+	ix := &Index{
+		path: path, data: data, n: int(n), perBlock: int(per), blocks: int(blocks),
+		tab: tab, chunkSums: chunkSums, firstKeys: firstKeys,
+		bloomM: m, bloomK: int(k), bloom: data[bloomOff : bloomOff+8*w], chunks: int(chunks), chunkWords: int(chunkWords),
+		checksum: sum, legacy: legacy, id: id, inKeyOrder: flags&flagInKeyOrder != 0,
+	}
+	// Every block inside the space before the bloom filter and big enough
+	// for its entries' fixed parts; first keys in the key area, strictly
+	// increasing, sharing the prefix. Then every later read is in bounds.
+	firstWords := make([]uint64, blocks)
+	var prevKey []byte
+	for b := uint64(0); b < blocks; b++ {
+		e := tab[tabEntry*b:]
+		off, length := le.Uint64(e), uint64(le.Uint32(e[8:]))
+		keyOff, keyLen := uint64(le.Uint32(e[20:])), uint64(le.Uint32(e[24:]))
+		cnt := min(per, n-b*per)
+		if off < fileHeaderSize || off > bloomOff || length > bloomOff-off || length < cnt*(8+4+recordMeta)+4 {
+			return nil, corruption.New(path, at(topFixed)+int64(tabEntry*b), "key block %d at [%d, +%d) is out of place for %d entries", b, off, length, cnt)
+		}
+		if keyOff > keysLen || keyLen > keysLen-keyOff {
+			return nil, corruption.New(path, at(topFixed)+int64(tabEntry*b+20), "first key of block %d overruns the key area", b)
+		}
+		key := firstKeys[keyOff : keyOff+keyLen : keyOff+keyLen]
+		if b == 0 {
+			if prefixLen > keyLen {
+				return nil, corruption.New(path, at(topPrefix), "common key prefix of %d bytes is longer than the first key (%d)", prefixLen, keyLen)
+			}
+			ix.prefix = key[:prefixLen:prefixLen]
+		} else if bytes.Compare(prevKey, key) >= 0 {
+			return nil, corruption.New(path, at(topFixed)+int64(tabEntry*b+20), "first key of block %d is not after block %d's", b, b-1)
+		}
+		if !bytes.HasPrefix(key, ix.prefix) {
+			return nil, corruption.New(path, at(topFixed)+int64(tabEntry*b+20), "first key of block %d lacks the common prefix", b)
+		}
+		firstWords[b] = searchWord(key[prefixLen:])
+		prevKey = key
+	}
+	if n == 0 && prefixLen != 0 {
+		return nil, corruption.New(path, at(topPrefix), "empty index with a common key prefix of %d bytes", prefixLen)
+	}
+	ix.firstWords = firstWords
+	if rangeLen > 0 {
+		section := data[rangeOff : rangeOff+rangeLen]
+		if s := xxhash.Sum64(section); s != rangeSum {
+			return nil, corruption.New(path, int64(rangeOff), "range section checksum %016x, the top block says %016x", s, rangeSum)
+		}
+		ranges, err := decodeRanges(section)
+		if err != nil {
+			return nil, corruption.New(path, int64(rangeOff), "range section: %v", err)
+		}
+		if ranges.Len() == 0 {
+			return nil, corruption.New(path, int64(rangeOff), "range section without ranges")
+		}
+		ix.ranges = ranges
+	} else if rangeSum != 0 {
+		return nil, corruption.New(path, at(topRangeSum), "checksum of an empty range section")
+	}
+	ix.state = make([]atomic.Uint32, blocks+chunks)
+	ix.heapBytes = 8*len(firstWords) + 4*len(ix.state)
+	return ix, nil
 }
 
 // Write writes data to path: create (truncating any old file), one WriteAt,
-// Close. It deliberately does not sync: the index is a cache that Decode
+// Close. It deliberately does not sync: the index is a cache that Load
 // verifies against the manifest and the caller rebuilds when it is missing
 // or torn, so a barrier here would buy nothing.
 func Write(fsys vfs.FS, path string, data []byte) error {
@@ -529,21 +606,485 @@ func Write(fsys vfs.FS, path string, data []byte) error {
 	return nil
 }
 
+// Close releases the mapping. The Index (and every Entry.Key it returned)
+// must not be used afterwards. Closing twice is harmless.
+func (ix *Index) Close() error {
+	ix.closed.Do(func() {
+		if ix.unmap != nil {
+			ix.closeErr = ix.unmap()
+		}
+	})
+	return ix.closeErr
+}
+
 // Len returns the number of entries.
 func (ix *Index) Len() int { return ix.n }
 
-// InKeyOrder reports whether the entries' records lie in the data file in
-// key order, as in a merge's output or a live file written in key order (a
-// log of sequential keys): then a range scan reads the file sequentially.
+// InKeyOrder reports whether the records the entries point at lie in the
+// data file in key order (a merge output or a sorted bulk load).
 func (ix *Index) InKeyOrder() bool { return ix.inKeyOrder }
 
-// Ranges returns the union of the segment's range tombstones (nil: none).
-// They delete keys in older segments; the segment's own entries are newer
-// than any of them.
+// Ranges returns the segment's range tombstones (empty if it has none).
 func (ix *Index) Ranges() *rangedel.Set { return ix.ranges }
 
-// rangeTrailerSize is the size of the range section's length field.
-const rangeTrailerSize = 8
+// Checksum returns the top block's checksum: the value a manifest written
+// since version 3 records for the index.
+func (ix *Index) Checksum() uint64 { return ix.checksum }
+
+// Anchor returns the value the manifest records for this index: the legacy
+// checksum of an upgraded index, else Checksum.
+func (ix *Index) Anchor() uint64 {
+	if ix.legacy != 0 {
+		return ix.legacy
+	}
+	return ix.checksum
+}
+
+// Identity returns the identity of the data file the index describes.
+func (ix *Index) Identity() Identity { return ix.id }
+
+// HeapBytes returns the Go heap the index holds: its per-block search words
+// and verification states, plus the file itself when it was read rather
+// than mapped.
+func (ix *Index) HeapBytes() int { return ix.heapBytes }
+
+// Healed reports whether the index found damage after Load and now answers
+// from an index rebuilt from the data file.
+func (ix *Index) Healed() bool { return ix.healed.Load() != nil }
+
+// Probe is a key prepared for lookups in several indexes: its bloom filter
+// locations are computed once. The zero value is not usable; use NewProbe.
+type Probe struct {
+	key  []byte
+	locs []uint64
+}
+
+// NewProbe returns a probe for key, which it borrows.
+func NewProbe(key []byte) Probe { return Probe{key: key} }
+
+// Key returns the probe's key.
+func (p *Probe) Key() []byte { return p.key }
+
+// locations returns the first k bloom locations of the key (the library's
+// locations for k hashes are the first k of those for more).
+func (p *Probe) locations(k int) []uint64 {
+	if len(p.locs) < k {
+		p.locs = bloom.Locations(p.key, uint(k))
+	}
+	return p.locs[:k]
+}
+
+// MayContain reports whether the probe's key may be in the index. False is
+// definite; true is wrong for about 1% of absent keys.
+func (ix *Index) MayContain(p *Probe) (bool, error) {
+	if h := ix.healed.Load(); h != nil {
+		return h.MayContain(p)
+	}
+	if ix.n == 0 {
+		return false, nil
+	}
+	le := binary.LittleEndian
+	for _, loc := range p.locations(ix.bloomK) {
+		bit := loc % ix.bloomM
+		w := bit / 64
+		if err := ix.checkChunk(int(w) / ix.chunkWords); err != nil {
+			h, herr := ix.heal(err)
+			if herr != nil {
+				return false, herr
+			}
+			return h.MayContain(p)
+		}
+		if le.Uint64(ix.bloom[8*w:])&(1<<(bit%64)) == 0 {
+			return false, nil
+		}
+	}
+	return true, nil
+}
+
+// Get returns the entry for the probe's key. A missing key almost always
+// costs one bloom test; a present one a bloom test, a search of the block
+// words held in the heap and a binary search inside one block. The returned
+// Entry.Key aliases the index.
+func (ix *Index) Get(p *Probe) (Entry, bool, error) {
+	if h := ix.healed.Load(); h != nil {
+		return h.Get(p)
+	}
+	ok, err := ix.MayContain(p)
+	if !ok || err != nil {
+		return Entry{}, false, err
+	}
+	i, err := ix.Search(p.key)
+	if err != nil || i == ix.n {
+		return Entry{}, false, err
+	}
+	e, err := ix.At(i)
+	if err != nil || !bytes.Equal(e.Key, p.key) {
+		return Entry{}, false, err
+	}
+	return e, true, nil
+}
+
+// Search returns the first position i in [0, Len()] whose key is >= key
+// (Len() if none): the starting point of an iterator or range scan.
+func (ix *Index) Search(key []byte) (int, error) {
+	if h := ix.healed.Load(); h != nil {
+		return h.Search(key)
+	}
+	if ix.n == 0 {
+		return 0, nil
+	}
+	// Every key starts with ix.prefix: a probe that does not is before or
+	// after all of them.
+	p := ix.prefix
+	if len(key) < len(p) {
+		// A proper prefix of p (or equal to one) sorts before every key.
+		if bytes.Compare(key, p[:len(key)]) <= 0 {
+			return 0, nil
+		}
+		return ix.n, nil
+	}
+	if c := bytes.Compare(key[:len(p)], p); c != 0 {
+		if c < 0 {
+			return 0, nil
+		}
+		return ix.n, nil
+	}
+	w := searchWord(key[len(p):])
+	// The number of blocks whose first key is < key; words coarsen the key
+	// order, so the whole first key decides only on a tie.
+	lo, hi := 0, ix.blocks
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		fw := ix.firstWords[mid]
+		if fw < w || (fw == w && bytes.Compare(ix.firstKey(mid), key) < 0) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 {
+		return 0, nil
+	}
+	b := lo - 1
+	blk, err := ix.block(b)
+	if err != nil {
+		h, herr := ix.heal(err)
+		if herr != nil {
+			return 0, herr
+		}
+		return h.Search(key)
+	}
+	// The answer is in block b, or is the next block's first position
+	// (whose first key is >= key): blk.search returns blk.n then.
+	return b*ix.perBlock + blk.search(key, w), nil
+}
+
+// At returns entry i, 0 <= i < Len(); like a slice index, an i out of range
+// panics (a caller bug, not bad input). The returned Entry.Key aliases the
+// index and has no spare capacity, so an append to it cannot overwrite the
+// next record.
+func (ix *Index) At(i int) (Entry, error) {
+	if h := ix.healed.Load(); h != nil {
+		return h.At(i)
+	}
+	if i < 0 || i >= ix.n {
+		panic(fmt.Sprintf("index: position %d out of range [0, %d)", i, ix.n))
+	}
+	b := i / ix.perBlock
+	blk, err := ix.block(b)
+	if err != nil {
+		h, herr := ix.heal(err)
+		if herr != nil {
+			return Entry{}, herr
+		}
+		return h.At(i)
+	}
+	return blk.at(i - b*ix.perBlock), nil
+}
+
+// Key returns key i, 0 <= i < Len(), without decoding the rest of the entry:
+// what a merge of several indexes compares. Like At's Entry.Key it aliases
+// the index and has no spare capacity.
+func (ix *Index) Key(i int) ([]byte, error) {
+	e, err := ix.At(i)
+	return e.Key, err
+}
+
+// Verify reads and checks every part of the index now: every key block and
+// bloom chunk against its checksum and structure, keys strictly increasing
+// across blocks, the common prefix, and the bloom filter exactly the one
+// Encode builds from the keys. A file that passes is byte for byte what
+// Encode produces for its entries and identity. It is for consistency
+// checks (fsck) and tests; it does not heal. It returns a
+// *corruption.Error naming the index's path.
+func (ix *Index) Verify() error {
+	want := bloom.NewWithEstimates(uint(max(ix.n, 1)), falsePositiveRate)
+	var prev []byte
+	for b := range ix.blocks {
+		if err := ix.verifyBlock(b); err != nil {
+			return err
+		}
+		blk, _ := ix.block(b)
+		for j := range blk.n {
+			k := blk.key(j)
+			if (b > 0 || j > 0) && bytes.Compare(prev, k) >= 0 {
+				return corruption.New(ix.path, int64(ix.blockOff(b)), "key %d is not after key %d", b*ix.perBlock+j, b*ix.perBlock+j-1)
+			}
+			want.Add(k)
+			prev = k
+		}
+	}
+	for c := range ix.chunks {
+		if err := ix.checkChunk(c); err != nil {
+			return err
+		}
+	}
+	if ix.n > 0 {
+		last, _ := ix.At(ix.n - 1)
+		if p := commonPrefix(ix.firstKey(0), last.Key); p != len(ix.prefix) {
+			return corruption.New(ix.path, -1, "common key prefix is %d bytes, the top block says %d", p, len(ix.prefix))
+		}
+	}
+	if uint64(want.Cap()) != ix.bloomM || int(want.K()) != ix.bloomK {
+		return corruption.New(ix.path, -1, "bloom filter has m=%d k=%d, %d keys give m=%d k=%d",
+			ix.bloomM, ix.bloomK, ix.n, want.Cap(), want.K())
+	}
+	for i, wd := range want.BitSet().Words() {
+		if 8*i >= len(ix.bloom) || binary.LittleEndian.Uint64(ix.bloom[8*i:]) != wd {
+			return corruption.New(ix.path, -1, "bloom filter word %d differs from the one its keys build", i)
+		}
+	}
+	return nil
+}
+
+// Scrub verifies every key block and bloom chunk not verified yet, as
+// reads would, healing the index (see LoadOptions.Repair) if one is
+// damaged. It returns an error only when a part is damaged and healing
+// failed. Unlike Verify it proves nothing about how the file was built; it
+// makes every later read a verified one.
+func (ix *Index) Scrub() error {
+	if ix.healed.Load() != nil {
+		return nil
+	}
+	var err error
+	for b := 0; b < ix.blocks && err == nil; b++ {
+		err = ix.verifyBlock(b)
+	}
+	for c := 0; c < ix.chunks && err == nil; c++ {
+		err = ix.checkChunk(c)
+	}
+	if err != nil {
+		_, err = ix.heal(err)
+	}
+	return err
+}
+
+// heal answers for a part that failed verification with cause: it rebuilds
+// the index through the Repair function once, and every later call of
+// every method delegates to the rebuilt index. The rebuilt index must hold
+// the same entries at the same positions, which a deterministic encoding
+// of the same data file gives; it is checked by its top block checksum.
+func (ix *Index) heal(cause error) (*Index, error) {
+	ix.healMu.Lock()
+	defer ix.healMu.Unlock()
+	if h := ix.healed.Load(); h != nil {
+		return h, nil
+	}
+	if ix.healErr != nil {
+		return nil, ix.healErr
+	}
+	if ix.repair == nil {
+		ix.healErr = cause
+		return nil, cause
+	}
+	h, err := ix.repair(cause)
+	if err == nil && (h == nil || h.checksum != ix.checksum || h.n != ix.n) {
+		err = corruption.New(ix.path, -1, "the index rebuilt from the data file does not match the verified top block")
+	}
+	if err != nil {
+		ix.healErr = fmt.Errorf("%w; rebuilding it from the data file failed: %w", cause, err)
+		return nil, ix.healErr
+	}
+	ix.healed.Store(h)
+	return h, nil
+}
+
+// block is a view of one verified key block.
+type block struct {
+	n     int
+	words []byte // n big-endian search words
+	offs  []byte // n+1 u32 record offsets
+	recs  []byte
+}
+
+func (ix *Index) blockOff(b int) uint64 { return binary.LittleEndian.Uint64(ix.tab[tabEntry*b:]) }
+
+func (ix *Index) firstKey(b int) []byte {
+	e := ix.tab[tabEntry*b:]
+	off, n := binary.LittleEndian.Uint32(e[20:]), binary.LittleEndian.Uint32(e[24:])
+	return ix.firstKeys[off : off+n : off+n]
+}
+
+// view slices block b (bounds proved by Decode).
+func (ix *Index) view(b int) block {
+	e := ix.tab[tabEntry*b:]
+	off, length := binary.LittleEndian.Uint64(e), uint64(binary.LittleEndian.Uint32(e[8:]))
+	n := min(ix.perBlock, ix.n-b*ix.perBlock)
+	d := ix.data[off : off+length]
+	return block{n: n, words: d[:8*n], offs: d[8*n : 12*n+4], recs: d[12*n+4:]}
+}
+
+// block returns block b, verifying it first if no read did yet.
+func (ix *Index) block(b int) (block, error) {
+	if ix.state[b].Load() != good {
+		if err := ix.verifyBlock(b); err != nil {
+			return block{}, err
+		}
+	}
+	return ix.view(b), nil
+}
+
+// verifyBlock checks block b against its checksum and then its structure:
+// record bounds and kinds, record locations inside the data file, keys
+// strictly increasing, starting with the prefix and matching their search
+// words, the first key equal to the top block's and the last below the
+// next block's first. Afterwards every read of the block is in bounds and
+// every search in it exact.
+func (ix *Index) verifyBlock(b int) error {
+	switch ix.state[b].Load() {
+	case good:
+		return nil
+	case bad:
+		return corruption.New(ix.path, int64(ix.blockOff(b)), "key block %d failed verification", b)
+	}
+	err := ix.checkBlock(b)
+	if err != nil {
+		ix.state[b].Store(bad)
+		return err
+	}
+	ix.state[b].Store(good)
+	return nil
+}
+
+func (ix *Index) checkBlock(b int) error {
+	le := binary.LittleEndian
+	e := ix.tab[tabEntry*b:]
+	off, length, sum := le.Uint64(e), uint64(le.Uint32(e[8:])), le.Uint64(e[12:])
+	at := int64(off)
+	if got := xxhash.Sum64(ix.data[off : off+length]); got != sum {
+		return corruption.New(ix.path, at, "key block %d checksum %016x, the top block says %016x (damaged)", b, got, sum)
+	}
+	blk := ix.view(b)
+	recLen := uint32(len(blk.recs))
+	if le.Uint32(blk.offs) != 0 || le.Uint32(blk.offs[4*blk.n:]) != recLen {
+		return corruption.New(ix.path, at, "key block %d: record offsets do not span its record area", b)
+	}
+	p := len(ix.prefix)
+	var prev []byte
+	for j := range blk.n {
+		lo, hi := le.Uint32(blk.offs[4*j:]), le.Uint32(blk.offs[4*(j+1):])
+		if hi < lo || hi-lo < recordMeta || hi > recLen {
+			return corruption.New(ix.path, at, "key block %d: record %d spans [%d, %d) of %d bytes", b, j, lo, hi, recLen)
+		}
+		r := blk.recs[lo:hi]
+		if r[0] != KindPut && r[0] != KindDelete {
+			return corruption.New(ix.path, at, "key block %d: record %d has unknown kind %d", b, j, r[0])
+		}
+		roff, rlen := int64(le.Uint64(r[1:])), int64(le.Uint32(r[9:]))
+		if roff < 0 || roff > ix.id.DataLength-rlen {
+			return corruption.New(ix.path, at, "key block %d: record %d points at [%d, +%d), outside the data file of length %d", b, j, roff, rlen, ix.id.DataLength)
+		}
+		key := r[recordMeta:]
+		if j > 0 && bytes.Compare(prev, key) >= 0 {
+			return corruption.New(ix.path, at, "key block %d: key %d is not after key %d", b, j, j-1)
+		}
+		if !bytes.HasPrefix(key, ix.prefix) || binary.BigEndian.Uint64(blk.words[8*j:]) != searchWord(key[p:]) {
+			return corruption.New(ix.path, at, "key block %d: key %d does not match its search word or the common prefix", b, j)
+		}
+		prev = key
+	}
+	if !bytes.Equal(blk.key(0), ix.firstKey(b)) {
+		return corruption.New(ix.path, at, "key block %d: first key differs from the top block's", b)
+	}
+	if b+1 < ix.blocks && bytes.Compare(prev, ix.firstKey(b+1)) >= 0 {
+		return corruption.New(ix.path, at, "key block %d: last key is not before block %d's first", b, b+1)
+	}
+	return nil
+}
+
+// checkChunk verifies bloom chunk c on its first read.
+func (ix *Index) checkChunk(c int) error {
+	st := &ix.state[ix.blocks+c]
+	switch st.Load() {
+	case good:
+		return nil
+	case bad:
+		return corruption.New(ix.path, -1, "bloom filter chunk %d failed verification", c)
+	}
+	lo := 8 * c * ix.chunkWords
+	hi := min(lo+8*ix.chunkWords, len(ix.bloom))
+	want := binary.LittleEndian.Uint64(ix.chunkSums[8*c:])
+	if got := xxhash.Sum64(ix.bloom[lo:hi]); got != want {
+		st.Store(bad)
+		return corruption.New(ix.path, -1, "bloom filter chunk %d checksum %016x, the top block says %016x (damaged)", c, got, want)
+	}
+	st.Store(good)
+	return nil
+}
+
+func (blk block) word(j int) uint64 { return binary.BigEndian.Uint64(blk.words[8*j:]) }
+
+func (blk block) record(j int) []byte {
+	le := binary.LittleEndian
+	return blk.recs[le.Uint32(blk.offs[4*j:]):le.Uint32(blk.offs[4*(j+1):])]
+}
+
+func (blk block) key(j int) []byte {
+	r := blk.record(j)
+	return r[recordMeta:len(r):len(r)]
+}
+
+func (blk block) at(j int) Entry {
+	r := blk.record(j)
+	le := binary.LittleEndian
+	return Entry{
+		Key:    r[recordMeta:len(r):len(r)],
+		Kind:   r[0],
+		Offset: int64(le.Uint64(r[1:])),
+		Length: le.Uint32(r[9:]),
+	}
+}
+
+// search returns the first position in the block whose key is >= key, whose
+// search word (after the common prefix) is w; blk.n if none.
+func (blk block) search(key []byte, w uint64) int {
+	lo, hi := 0, blk.n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if blk.word(mid) < w {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == blk.n || blk.word(lo) != w {
+		return lo // no key shares w: the answer without reading a record
+	}
+	// Keys whose words tie with w: order inside the tie run by whole key.
+	hi = lo + 1
+	for hi < blk.n && blk.word(hi) == w {
+		hi++
+	}
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if bytes.Compare(blk.key(mid), key) < 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
 
 // appendRanges encodes the range section: the span count, u32, then each
 // span as a u32 start length, the start, a u32 end length and the end.
@@ -596,196 +1137,6 @@ func decodeRanges(b []byte) (*rangedel.Set, error) {
 		return nil, fmt.Errorf("%d bytes after the last span", len(b))
 	}
 	return rangedel.FromCanonical(spans)
-}
-
-// Checksum returns the index's body checksum (the value the manifest records).
-func (ix *Index) Checksum() uint64 { return ix.checksum }
-
-// Identity returns the identity of the data file the index describes.
-func (ix *Index) Identity() Identity { return ix.id }
-
-// Bytes returns the encoded file the index aliases. The caller must not
-// modify it.
-func (ix *Index) Bytes() []byte { return ix.data }
-
-// SizeBytes returns the memory the index holds: the encoded file plus the
-// decoded bloom filter words and the fences.
-func (ix *Index) SizeBytes() int {
-	return len(ix.data) + 8*len(ix.filter.BitSet().Words()) + 8*len(ix.fences)
-}
-
-// MayContain reports whether key may be in the index. False is definite;
-// true is wrong for about 1% of absent keys.
-func (ix *Index) MayContain(key []byte) bool {
-	return ix.n > 0 && ix.filter.Test(key)
-}
-
-// Get returns the entry for key. A missing key almost always costs one bloom
-// test; a present one a bloom test and a binary search. It does not allocate.
-// The returned Entry.Key aliases the index.
-func (ix *Index) Get(key []byte) (Entry, bool) {
-	if !ix.MayContain(key) {
-		return Entry{}, false
-	}
-	i := ix.Search(key)
-	if i < ix.n && bytes.Equal(ix.key(i), key) {
-		return ix.At(i), true
-	}
-	return Entry{}, false
-}
-
-// Search returns the first position i in [0, Len()] whose key is >= key
-// (Len() if none): the starting point of an iterator or range scan.
-func (ix *Index) Search(key []byte) int {
-	if ix.n == 0 {
-		return 0
-	}
-	// Every key starts with ix.prefix: a probe that does not is before or
-	// after all of them.
-	p := ix.prefix
-	if len(key) < len(p) {
-		// A proper prefix of p (or equal to one) sorts before every key.
-		if bytes.Compare(key, p[:len(key)]) <= 0 {
-			return 0
-		}
-		return ix.n
-	}
-	if c := bytes.Compare(key[:len(p)], p); c != 0 {
-		if c < 0 {
-			return 0
-		}
-		return ix.n
-	}
-	w := searchWord(key[len(p):])
-
-	// First L, the first position whose word is >= w: the fences narrow it
-	// to one run of fenceStride words. fences[s-1] < w <= fences[s] puts L
-	// in ((s-1)*fenceStride, s*fenceStride].
-	lo, hi := 0, len(ix.fences)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if ix.fences[mid] < w {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	s := lo
-	lo, hi = 0, min(s*fenceStride, ix.n)
-	if s > 0 {
-		lo = (s-1)*fenceStride + 1
-	}
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		if ix.word(mid) < w {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	if lo == ix.n || ix.word(lo) != w {
-		return lo // no key shares w: L is the answer without reading a record
-	}
-	// Keys whose words tie with w: find the end of the tie run by galloping,
-	// then order inside it by (word, whole key). The word order coarsens the
-	// key order, so this is the key-order lower bound.
-	step := 1
-	for lo+step < ix.n && ix.word(lo+step) == w {
-		step *= 2
-	}
-	hi = min(lo+step, ix.n)
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		mw := ix.word(mid)
-		if mw < w || (mw == w && bytes.Compare(ix.key(mid), key) < 0) {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	return lo
-}
-
-func (ix *Index) word(i int) uint64 {
-	return binary.BigEndian.Uint64(ix.words[8*i:])
-}
-
-// At returns entry i, 0 <= i < Len(); like a slice index, an i out of range
-// panics (a caller bug, not bad input: Decode has bounded every record). The
-// returned Entry.Key aliases the index and has no spare capacity, so an
-// append to it cannot overwrite the next record.
-func (ix *Index) At(i int) Entry {
-	r := ix.record(i)
-	le := binary.LittleEndian
-	return Entry{
-		Key:    r[recordMeta:len(r):len(r)],
-		Kind:   r[0],
-		Offset: int64(le.Uint64(r[1:])),
-		Length: le.Uint32(r[9:]),
-	}
-}
-
-// Key returns key i, 0 <= i < Len(), without decoding the rest of the entry:
-// what a merge of several indexes compares. Like At's Entry.Key it aliases
-// the index and has no spare capacity.
-func (ix *Index) Key(i int) []byte {
-	r := ix.record(i)
-	return r[recordMeta:len(r):len(r)]
-}
-
-// Verify performs the checks Decode leaves to the checksum, because they cost
-// a comparison and a hash per key: keys strictly increasing, and the bloom
-// filter exactly the one Encode builds from them. Together with what Decode
-// checks, a file that passes Verify is byte for byte what Encode produces for
-// its entries and identity. A file whose checksum matches the manifest's
-// passes by construction; Verify exists for consistency checks (fsck) and
-// tests. It returns a *corruption.Error naming path.
-func (ix *Index) Verify(path string) error {
-	recStart := int64(len(ix.data) - len(ix.recs) - trailerSize)
-	want := bloom.NewWithEstimates(uint(max(ix.n, 1)), falsePositiveRate)
-	var prev []byte
-	for i := 0; i < ix.n; i++ {
-		k := ix.key(i)
-		if i > 0 && bytes.Compare(prev, k) >= 0 {
-			return corruption.New(path, recStart+int64(ix.recOff(i)), "key %d is not after key %d", i, i-1)
-		}
-		want.Add(k)
-		prev = k
-	}
-	if ix.n > 0 {
-		if p := commonPrefix(ix.key(0), ix.key(ix.n-1)); p != len(ix.prefix) {
-			return corruption.New(path, offPrefix, "common key prefix is %d bytes, the header says %d", p, len(ix.prefix))
-		}
-	}
-	wordsStart := int64(len(ix.data) - len(ix.recs) - len(ix.offs) - len(ix.words) - trailerSize)
-	for i := 0; i < ix.n; i++ {
-		if binary.BigEndian.Uint64(ix.words[8*i:]) != searchWord(ix.key(i)[len(ix.prefix):]) {
-			return corruption.New(path, wordsStart+8*int64(i), "search word %d does not match its key", i)
-		}
-	}
-	if want.Cap() != ix.filter.Cap() || want.K() != ix.filter.K() {
-		return corruption.New(path, offBloomM, "bloom filter has m=%d k=%d, %d keys give m=%d k=%d",
-			ix.filter.Cap(), ix.filter.K(), ix.n, want.Cap(), want.K())
-	}
-	got, exp := ix.filter.BitSet().Words(), want.BitSet().Words()
-	for i := range got {
-		if i >= len(exp) || got[i] != exp[i] {
-			return corruption.New(path, int64(headerSize+8*i), "bloom filter word %d differs from the one its keys build", i)
-		}
-	}
-	return nil
-}
-
-func (ix *Index) recOff(i int) uint32 {
-	return binary.LittleEndian.Uint32(ix.offs[4*i:])
-}
-
-func (ix *Index) record(i int) []byte {
-	return ix.recs[ix.recOff(i):ix.recOff(i+1)]
-}
-
-func (ix *Index) key(i int) []byte {
-	return ix.record(i)[recordMeta:]
 }
 
 // searchWord returns the first 8 bytes of k, zero-padded, as a big-endian

@@ -51,6 +51,7 @@ import (
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
@@ -62,6 +63,11 @@ type Options struct {
 	// OnLiveRecord receives every put and delete record of the live chain in
 	// file order, with the id of the data file that holds it.
 	OnLiveRecord func(fileID uint64, r segment.Record, off int64, length int) error
+	// NoMap reads index files into the heap instead of mapping them.
+	NoMap bool
+	// Repair, if set, returns for a segment the function its index calls
+	// when it finds damage after Open (index.LoadOptions.Repair).
+	Repair func(m manifestlog.SegmentMeta) func(cause error) (*index.Index, error)
 }
 
 // Segment is a sealed segment named by the manifest, with its index ready.
@@ -142,6 +148,25 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 // makes the repairs. A caller with reads of its own to do before anything
 // changes (opening the chain's files) does them between the two.
 func Plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Result, *Report, error) {
+	res, rep, err := plan(fsys, dir, state, opts)
+	if err != nil && res != nil {
+		// The indexes loaded so far hold mappings nobody will use.
+		res.CloseIndexes()
+	}
+	return res, rep, err
+}
+
+// CloseIndexes releases the indexes of the result's segments: for a caller
+// that gives up on the result.
+func (r *Result) CloseIndexes() {
+	for _, sg := range r.Segments {
+		if sg.Index != nil {
+			_ = sg.Index.Close() // read-only mappings: nothing to lose
+		}
+	}
+}
+
+func plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Result, *Report, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -197,17 +222,26 @@ func Plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resu
 			return nil, rep, corruption.New(dataPath, size, "segment %d is %d bytes, the manifest recorded %d", m.ID, size, m.DataLength)
 		}
 	}
-	loads := loadIndexes(fsys, dir, metas)
+	loads := loadIndexes(fsys, dir, metas, opts)
 	// The first real failure in manifest order: a segment skipped because
 	// another failed first (errNotLoaded) is not one.
+	closeLoads := func() {
+		for _, ld := range loads {
+			if ld.ix != nil {
+				_ = ld.ix.Close() // read-only mappings: nothing to lose
+			}
+		}
+	}
 	for _, ld := range loads {
 		if ld.err != nil && !errors.Is(ld.err, errNotLoaded) {
+			closeLoads()
 			return nil, rep, ld.err
 		}
 	}
 	for i, m := range metas {
 		ld := loads[i]
 		if ld.err != nil {
+			closeLoads()
 			return nil, rep, ld.err
 		}
 		if ld.reason != "" {
@@ -465,7 +499,7 @@ type indexLoad struct {
 // of one rebuild however many indexes are missing. After the first error no
 // new segment is started: Open fails anyway. Results are in metas' order,
 // so the caller reports the first failure in that order among those tried.
-func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta) []indexLoad {
+func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta, opts Options) []indexLoad {
 	out := make([]indexLoad, len(metas))
 	next := make(chan int)
 	var (
@@ -483,7 +517,7 @@ func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta) []ind
 					out[i].err = errNotLoaded
 					continue
 				}
-				ix, reason, err := loadOrRebuildIndex(fsys, dir, metas[i], &rebuildMu, failed.Load)
+				ix, reason, err := loadOrRebuildIndex(fsys, dir, metas[i], loadOptions(opts, metas[i]), &rebuildMu, failed.Load)
 				out[i] = indexLoad{ix: ix, reason: reason, err: err}
 				if err != nil {
 					failed.Store(true)
@@ -507,23 +541,32 @@ func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta) []ind
 	return out
 }
 
-// LoadOrRebuildIndex loads the index of segment m, verified against the
-// checksum and identity the manifest recorded. If the index is missing,
-// torn, stale or corrupt it is rebuilt from the data file and rewritten
-// (without a sync: it is a cache), and reason says why. A rebuilt index
-// whose checksum still differs from the manifest's means the data file is
-// not what was sealed: that is corruption of the data file.
-func LoadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) (*index.Index, string, error) {
-	return loadOrRebuildIndex(fsys, dir, m, nil, nil)
+// loadOptions are the index load options of segment m.
+func loadOptions(opts Options, m manifestlog.SegmentMeta) index.LoadOptions {
+	lo := index.LoadOptions{NoMap: opts.NoMap}
+	if opts.Repair != nil {
+		lo.Repair = opts.Repair(m)
+	}
+	return lo
+}
+
+// LoadOrRebuildIndex loads the index of segment m, its top block verified
+// against the checksum and identity the manifest recorded. If the index is
+// missing, torn, stale, corrupt or of an older format it is rebuilt from the
+// data file and rewritten (without a sync: it is a cache), and reason says
+// why. A rebuilt index that still does not match the manifest means the
+// data file is not what was sealed: that is corruption of the data file.
+func LoadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, opts index.LoadOptions) (*index.Index, string, error) {
+	return loadOrRebuildIndex(fsys, dir, m, opts, nil, nil)
 }
 
 // loadOrRebuildIndex is LoadOrRebuildIndex; a rebuild holds rebuildMu, if
 // set, for its duration, and does not start once stopped (if set) reports
 // that another segment failed.
-func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, rebuildMu *sync.Mutex, stopped func() bool) (*index.Index, string, error) {
+func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, opts index.LoadOptions, rebuildMu *sync.Mutex, stopped func() bool) (*index.Index, string, error) {
 	ixPath := filepath.Join(dir, segment.IndexName(m.ID))
 	id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
-	ix, err := index.Load(fsys, ixPath, m.IndexChecksum, id)
+	ix, err := index.Load(fsys, ixPath, m.IndexChecksum, id, opts)
 	if err == nil {
 		return ix, "", nil
 	}
@@ -540,36 +583,79 @@ func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, rebu
 	if stopped != nil && stopped() {
 		return nil, reason, errNotLoaded
 	}
-	dataPath := filepath.Join(dir, segment.DataName(m.ID, m.FileKind))
-	built, err := BuildIndex(fsys, dataPath, m.DataLength)
+	data, err := RebuildIndex(fsys, dir, m)
 	if err != nil {
 		return nil, reason, err
 	}
-	if built.Digest != m.DataDigest {
-		return nil, reason, corruption.New(dataPath, -1, "data digest %016x, the manifest recorded %016x", built.Digest, m.DataDigest)
-	}
-	if built.Checksum != m.IndexChecksum {
-		return nil, reason, corruption.New(ixPath, -1, "rebuilt index checksum %016x differs from the manifest's %016x", built.Checksum, m.IndexChecksum)
-	}
-	if err := index.Write(fsys, ixPath, built.Data); err != nil {
+	if err := index.Write(fsys, ixPath, data); err != nil {
 		return nil, reason, fmt.Errorf("recovery: rewrite index %s: %w", ixPath, err)
 	}
-	ix, err = index.Decode(ixPath, built.Data, m.IndexChecksum, id)
+	// Read back through a mapping like any other index, so that a rebuilt
+	// index does not hold the heap its file would.
+	if ix, err = index.Load(fsys, ixPath, m.IndexChecksum, id, opts); err == nil {
+		return ix, reason, nil
+	}
+	ix, err = index.Decode(ixPath, data, m.IndexChecksum, id)
 	if err != nil {
 		return nil, reason, err
 	}
 	return ix, reason, nil
 }
 
+// RebuildIndex rebuilds the index file of segment m from its data file and
+// checks it against the manifest: the data digest, and the index checksum,
+// either of a version 3 index or, for a segment recorded before version 3,
+// of its legacy index (the file returned then carries that checksum, see
+// index.EncodeUpgrade). Any mismatch is a *corruption.Error: the data file
+// is not what was sealed.
+func RebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) ([]byte, error) {
+	dataPath := filepath.Join(dir, segment.DataName(m.ID, m.FileKind))
+	built, err := BuildIndex(fsys, dataPath, m.DataLength)
+	if err != nil {
+		return nil, err
+	}
+	if built.Digest != m.DataDigest {
+		return nil, corruption.New(dataPath, -1, "data digest %016x, the manifest recorded %016x", built.Digest, m.DataDigest)
+	}
+	data, err := built.Anchored(m.IndexChecksum)
+	if err != nil {
+		return nil, corruption.New(filepath.Join(dir, segment.IndexName(m.ID)), -1, "%v", err)
+	}
+	return data, nil
+}
+
 // Built is an index built from a data file.
 type Built struct {
-	Data     []byte
-	Checksum uint64
+	Data     []byte // the version 3 index file
+	Checksum uint64 // its checksum
 	Digest   uint64
 	Records  uint64
 	Keys     uint64
 	MinKey   []byte
 	MaxKey   []byte
+
+	entries []index.Entry
+	ranges  *rangedel.Set
+	id      index.Identity
+}
+
+// Anchored returns the index file that matches want, the checksum a
+// manifest recorded: Data if want is its checksum, else, if want is the
+// checksum the segment's version 1 or 2 index had, a version 3 file that
+// carries it (index.EncodeUpgrade). Any other want is an error.
+func (b *Built) Anchored(want uint64) ([]byte, error) {
+	if want == b.Checksum {
+		return b.Data, nil
+	}
+	legacy, err := index.LegacyChecksum(b.entries, b.ranges, b.id)
+	if err != nil {
+		return nil, err
+	}
+	if legacy != want {
+		return nil, fmt.Errorf("rebuilt index checksum %016x (legacy format %016x) differs from the manifest's %016x", b.Checksum, legacy, want)
+	}
+	data, _, err := index.EncodeUpgrade(b.entries, b.ranges, b.id, legacy)
+	return data, err
 }
 
 // BuildIndex replays the first length bytes of a sealed data file, which must
@@ -597,11 +683,13 @@ func BuildIndex(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
 		return nil, err
 	}
 	entries, ranges := ib.Finish()
-	data, sum, err := index.EncodeWithRanges(entries, ranges, index.Identity{DataLength: length, DataDigest: digest})
+	id := index.Identity{DataLength: length, DataDigest: digest}
+	data, sum, err := index.EncodeWithRanges(entries, ranges, id)
 	if err != nil {
 		return nil, fmt.Errorf("recovery: encode index of %s: %w", dataPath, err)
 	}
-	b := &Built{Data: data, Checksum: sum, Digest: digest, Records: uint64(rr.Records), Keys: uint64(len(entries))}
+	b := &Built{Data: data, Checksum: sum, Digest: digest, Records: uint64(rr.Records), Keys: uint64(len(entries)),
+		entries: entries, ranges: ranges, id: id}
 	if len(entries) > 0 {
 		b.MinKey = bytes.Clone(entries[0].Key)
 		b.MaxKey = bytes.Clone(entries[len(entries)-1].Key)

@@ -194,10 +194,13 @@ func TestIndexRebuiltFromData(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, rep.RebuiltIndexes, 1)
 			ix := res.Segments[0].Index
-			e, ok := ix.Get([]byte("a"))
+			pa, pc := index.NewProbe([]byte("a")), index.NewProbe([]byte("c"))
+			e, ok, err := ix.Get(&pa)
+			require.NoError(t, err)
 			require.True(t, ok)
 			require.Equal(t, index.KindPut, e.Kind)
-			e, ok = ix.Get([]byte("c"))
+			e, ok, err = ix.Get(&pc)
+			require.NoError(t, err)
 			require.True(t, ok)
 			require.Equal(t, index.KindDelete, e.Kind)
 			// Written back: the next run finds it intact.

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"github.com/segkv/segkv/index"
 	"path/filepath"
 	"testing"
 
@@ -37,7 +38,7 @@ func TestBreakDamagedRangeSectionRebuilt(t *testing.T) {
 	require.NoError(t, s.Close())
 	orig, err := mem.ReadFile(ixPath)
 	require.NoError(t, err)
-	require.Equal(t, uint32(2), binary.LittleEndian.Uint32(orig[8:]), "a version 2 index")
+	require.Equal(t, index.Version, binary.LittleEndian.Uint32(orig[8:]), "a current-version index")
 	check := func(what string, b []byte) {
 		img := mem.CrashClone(vfs.CrashDropUnsynced, nil)
 		require.NoError(t, img.WriteFile(ixPath, b))

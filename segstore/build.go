@@ -2,7 +2,9 @@ package segstore
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
+	"io/fs"
 	"path/filepath"
 
 	"github.com/cespare/xxhash/v2"
@@ -10,6 +12,7 @@ import (
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/rangedel"
+	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
@@ -42,15 +45,60 @@ func (s *Store) buildSegment(df *dataFile, length int64, digest uint64, entries 
 		meta.MinKey = bytes.Clone(entries[0].Key)
 		meta.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
 	}
-	return &sealed{meta: meta, df: df, ix: ix}, ixData, nil
+	return newSealed(meta, df, ix), ixData, nil
 }
 
-// writeIndexFile writes a segment's index file without syncing it: a lost or
-// torn index is rebuilt from the data file, so a failure is only logged.
-func (s *Store) writeIndexFile(id uint64, data []byte) {
-	p := filepath.Join(s.dir, segment.IndexName(id))
+// writeIndexFile writes a segment's index file without syncing it (a lost or
+// torn index is rebuilt from the data file, so a failure is only logged),
+// then makes the segment read its index through the file's mapping instead
+// of the heap copy its build decoded: sealed segments then cost the heap
+// only their index's per-block words, however many there are.
+func (s *Store) writeIndexFile(sg *sealed, data []byte) {
+	p := filepath.Join(s.dir, segment.IndexName(sg.df.id))
 	if err := index.Write(s.fs, p, data); err != nil {
 		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", p, "err", err)
+		return
+	}
+	if s.opts.DisableMmap {
+		return // the heap copy is what a load would make
+	}
+	id := index.Identity{DataLength: sg.meta.DataLength, DataDigest: sg.meta.DataDigest}
+	ix, err := index.Load(s.fs, p, sg.meta.IndexChecksum, id, index.LoadOptions{Repair: s.indexRepair(sg.meta)})
+	if err != nil {
+		// Written but not readable back: keep the heap copy; the next Open
+		// rebuilds the file.
+		s.log.Warn("segkv: reading back a new index failed; keeping it in memory", "path", p, "err", err)
+		return
+	}
+	if sg.df.holdIndex(ix) {
+		sg.ix.Store(ix)
+	}
+}
+
+// indexRepair returns the function with which segment m's index heals
+// damage found after it was loaded: it rebuilds the index from the data
+// file, checked against the manifest like a rebuild at Open, and decodes it
+// in the heap, from where the damaged index answers from then on. The
+// damaged file is removed so that the next Open rebuilds it (its mapping
+// stays valid meanwhile); an index holds no data, so nothing is lost.
+func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index.Index, error) {
+	return func(cause error) (*index.Index, error) {
+		s.stats.indexRebuilds.Add(1)
+		p := filepath.Join(s.dir, segment.IndexName(m.ID))
+		s.log.Warn("segkv: index damaged; rebuilding it from the data file", "index", p, "err", cause)
+		data, err := recovery.RebuildIndex(s.fs, s.dir, m)
+		if err != nil {
+			s.log.Error("segkv: rebuilding a damaged index failed", "index", p, "err", err)
+			return nil, err
+		}
+		ix, err := index.Decode(p, data, m.IndexChecksum, index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest})
+		if err != nil {
+			return nil, err
+		}
+		if err := s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			s.log.Warn("segkv: removing a damaged index failed", "index", p, "err", err)
+		}
+		return ix, nil
 	}
 }
 

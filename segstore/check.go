@@ -8,6 +8,7 @@ import (
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/rangedel"
+	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 )
@@ -103,15 +104,34 @@ func (s *Store) checkSegment(sg *sealed) error {
 	if err != nil {
 		return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
 	}
-	if built.Checksum != sg.ix.Checksum() || built.Checksum != sg.meta.IndexChecksum {
-		return fmt.Errorf("segkv: check %s: rebuilt index %016x, loaded %016x, manifest %016x",
-			sg.df.path, built.Checksum, sg.ix.Checksum(), sg.meta.IndexChecksum)
+	ix := sg.index()
+	id := index.Identity{DataLength: sg.meta.DataLength, DataDigest: sg.meta.DataDigest}
+	data, err := built.Anchored(sg.meta.IndexChecksum)
+	if err != nil {
+		return fmt.Errorf("%w: check %s: %v", ErrCorrupt, sg.df.path, err)
 	}
-	if uint64(sg.ix.Len()) != sg.meta.Keys {
-		return fmt.Errorf("segkv: check %s: index has %d keys, manifest %d", sg.df.path, sg.ix.Len(), sg.meta.Keys)
+	rebuilt, err := index.Decode(sg.df.path, data, sg.meta.IndexChecksum, id)
+	if err != nil {
+		return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
 	}
-	for i := 0; i < sg.ix.Len(); i++ {
-		e := sg.ix.At(i)
+	if rebuilt.Checksum() != ix.Checksum() || ix.Anchor() != sg.meta.IndexChecksum {
+		return fmt.Errorf("%w: check %s: rebuilt index %016x, loaded %016x (anchor %016x), manifest %016x",
+			ErrCorrupt, sg.df.path, rebuilt.Checksum(), ix.Checksum(), ix.Anchor(), sg.meta.IndexChecksum)
+	}
+	// Every block and bloom chunk of the loaded index, not only those reads
+	// reached so far; a damaged one heals the index (it is a cache), and
+	// what is compared below is what reads answer from.
+	if err := ix.Scrub(); err != nil {
+		return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
+	}
+	if uint64(ix.Len()) != sg.meta.Keys {
+		return fmt.Errorf("segkv: check %s: index has %d keys, manifest %d", sg.df.path, ix.Len(), sg.meta.Keys)
+	}
+	for i := 0; i < ix.Len(); i++ {
+		e, err := ix.At(i)
+		if err != nil {
+			return fmt.Errorf("segkv: check %s entry %d: %w", sg.df.path, i, err)
+		}
 		rec, err := segment.ReadRecord(h.f, sg.df.path, e.Offset, int(e.Length), e.Key)
 		if err != nil {
 			return fmt.Errorf("segkv: check %s entry %d: %w", sg.df.path, i, err)

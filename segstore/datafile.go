@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
@@ -37,6 +38,12 @@ type dataFile struct {
 	mapped    atomic.Pointer[fileMap]
 	mapMu     sync.Mutex
 	noMap     bool // mapMu held: mapping failed, is unsupported, or is over
+	// indexes are the loaded indexes of the file's segment (mapMu held),
+	// closed with the mapping when the last pin goes: a seal's heap index
+	// is replaced by its file's mapping while readers may still use it, so
+	// there can be more than one; released is set then.
+	indexes  []*index.Index
+	released bool
 }
 
 // fileMap is a read-only mapping of a data file.
@@ -149,11 +156,32 @@ func (d *dataFile) unmap() {
 	d.mapMu.Lock()
 	defer d.mapMu.Unlock()
 	d.noMap = true
+	d.released = true
 	if m := d.mapped.Swap(nil); m != nil {
 		if err := m.unmap(); err != nil {
 			d.s.log.Warn("segkv: unmapping a data file failed", "path", d.path, "err", err)
 		}
 	}
+	for _, ix := range d.indexes {
+		if err := ix.Close(); err != nil {
+			d.s.log.Warn("segkv: unmapping an index failed", "path", d.path, "err", err)
+		}
+	}
+	d.indexes = nil
+}
+
+// holdIndex makes ix, an index of the file's segment, close when the file
+// is released. If it already was, ix is closed now and holdIndex reports
+// false: the caller must not use it.
+func (d *dataFile) holdIndex(ix *index.Index) bool {
+	d.mapMu.Lock()
+	defer d.mapMu.Unlock()
+	if d.released {
+		_ = ix.Close() // read-only: nothing to lose
+		return false
+	}
+	d.indexes = append(d.indexes, ix)
+	return true
 }
 
 // retire marks the file as no longer part of the store and drops the

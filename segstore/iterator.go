@@ -2,6 +2,7 @@ package segstore
 
 import (
 	"bytes"
+	"fmt"
 
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
@@ -52,6 +53,7 @@ type cursor interface {
 	prev() bool
 	key() []byte // valid until the next move; never written to
 	entry() (off int64, length uint32, kind uint8)
+	err() error // why the last move found no key, if not the end
 }
 
 // iterSource is one input of the merge. k caches the cursor's current key,
@@ -84,50 +86,63 @@ type spanSet interface {
 	Len() int
 }
 
-// indexCursor walks a sealed segment's index.
+// indexCursor walks a sealed segment's index. It reads the entry at each
+// position it moves to, so that a damaged index block (one the index could
+// not heal) stops the cursor with an error instead of a wrong key.
 type indexCursor struct {
 	ix  *index.Index
 	pos int
+	cur index.Entry
+	e   error
+}
+
+// load reads the entry at pos, if pos is a position of the index.
+func (c *indexCursor) load() bool {
+	if c.e != nil || c.pos < 0 || c.pos >= c.ix.Len() {
+		return false
+	}
+	c.cur, c.e = c.ix.At(c.pos)
+	return c.e == nil
 }
 
 func (c *indexCursor) seekGE(key []byte) bool {
-	if key == nil {
-		c.pos = 0
-	} else {
-		c.pos = c.ix.Search(key)
+	c.pos = 0
+	if key != nil {
+		c.pos, c.e = c.ix.Search(key)
 	}
-	return c.pos < c.ix.Len()
+	return c.load()
 }
 
 func (c *indexCursor) seekLT(key []byte) bool {
-	if key == nil {
-		c.pos = c.ix.Len() - 1
-	} else {
-		c.pos = c.ix.Search(key) - 1
+	c.pos = c.ix.Len()
+	if key != nil {
+		c.pos, c.e = c.ix.Search(key)
 	}
-	return c.pos >= 0
+	c.pos--
+	return c.load()
 }
 
 func (c *indexCursor) next() bool {
 	if c.pos < c.ix.Len() {
 		c.pos++
 	}
-	return c.pos < c.ix.Len()
+	return c.load()
 }
 
 func (c *indexCursor) prev() bool {
 	if c.pos >= 0 {
 		c.pos--
 	}
-	return c.pos >= 0
+	return c.load()
 }
 
-func (c *indexCursor) key() []byte { return c.ix.Key(c.pos) }
+func (c *indexCursor) key() []byte { return c.cur.Key }
 
 func (c *indexCursor) entry() (int64, uint32, uint8) {
-	e := c.ix.At(c.pos)
-	return e.Offset, e.Length, e.Kind
+	return c.cur.Offset, c.cur.Length, c.cur.Kind
 }
+
+func (c *indexCursor) err() error { return c.e }
 
 // iterHeap orders the sources by their current key, smallest first going
 // forward and largest first going backward; among equal keys the newest
@@ -225,7 +240,8 @@ func (sn *Snapshot) newIterator(opts *IterOptions) *Iterator {
 		prio++
 	}
 	for _, sg := range sn.segs {
-		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, cur: &indexCursor{ix: sg.ix}, ranges: sg.ix.Ranges()})
+		ix := sg.index()
+		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, cur: &indexCursor{ix: ix}, ranges: ix.Ranges()})
 		prio++
 	}
 	for _, src := range it.srcs {
@@ -262,6 +278,8 @@ func (it *Iterator) Seek(key []byte) bool {
 	for _, src := range it.srcs {
 		if src.move(src.cur.seekGE(key)) {
 			it.h.srcs = append(it.h.srcs, src)
+		} else if err := src.cur.err(); err != nil {
+			return it.fail(err)
 		}
 	}
 	it.h.init()
@@ -287,6 +305,8 @@ func (it *Iterator) seekBefore(key []byte) bool {
 	for _, src := range it.srcs {
 		if src.move(src.cur.seekLT(key)) {
 			it.h.srcs = append(it.h.srcs, src)
+		} else if err := src.cur.err(); err != nil {
+			return it.fail(err)
 		}
 	}
 	it.h.init()
@@ -348,6 +368,8 @@ func (it *Iterator) step() bool {
 			}
 			if ok {
 				h.down(0)
+			} else if err := src.cur.err(); err != nil {
+				return it.fail(err)
 			} else {
 				h.popTop()
 			}
@@ -362,6 +384,13 @@ func (it *Iterator) step() bool {
 		return true
 	}
 	it.valid = false
+	return false
+}
+
+// fail stops the iterator at an index it could not read: Err reports err
+// and no key is served past it.
+func (it *Iterator) fail(err error) bool {
+	it.err, it.valid = fmt.Errorf("segkv: iterator: %w", err), false
 	return false
 }
 

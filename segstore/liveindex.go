@@ -162,6 +162,9 @@ func (c *liveCursor) key() []byte {
 	return unsafe.Slice(unsafe.StringData(k), len(k))
 }
 
+// err is always nil: a live directory is memory that cannot fail a read.
+func (c *liveCursor) err() error { return nil }
+
 func (c *liveCursor) entry() (int64, uint32, uint8) {
 	e := c.it.Item()
 	return e.off, e.length, e.kind

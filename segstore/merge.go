@@ -119,7 +119,7 @@ func pickUnordered(oldestFirst []*sealed, o MergeOptions) []*sealed {
 		return nil
 	}
 	for i, sg := range oldestFirst {
-		if sg.ix.Len() > 1 && !sg.ix.InKeyOrder() {
+		if ix := sg.index(); ix.Len() > 1 && !ix.InKeyOrder() {
 			return oldestFirst[i : i+1]
 		}
 	}
@@ -218,6 +218,7 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		inBytes += sg.meta.DataLength
 	}
 	if err := s.commitSegments([]*sealed{out}, inputs, 0, nil); err != nil {
+		out.df.unmap() // never installed: release its index mapping
 		return false, err
 	}
 	s.stats.merges.Add(1)
@@ -230,8 +231,24 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 
 // mergeCursor walks one input segment's index in key order.
 type mergeCursor struct {
-	sg  *sealed
+	ix  *index.Index
 	pos int
+	cur index.Entry // the entry at pos, when ok
+	ok  bool
+}
+
+// load reads the entry at pos; false at the end or on an error.
+func (c *mergeCursor) load() (bool, error) {
+	c.ok = false
+	if c.pos >= c.ix.Len() {
+		return false, nil
+	}
+	var err error
+	if c.cur, err = c.ix.At(c.pos); err != nil {
+		return false, err
+	}
+	c.ok = true
+	return true, nil
 }
 
 // writeMerged writes the merge output of run (ordered oldest first) to a new
@@ -322,7 +339,7 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	if !dropTombstones {
 		sets := make([]*rangedel.Set, len(run))
 		for i, sg := range run {
-			sets[i] = sg.ix.Ranges()
+			sets[i] = sg.index().Ranges()
 		}
 		ranges = rangedel.Merge(sets...)
 	}
@@ -339,13 +356,16 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	// newer than input i: a key input i holds is deleted if it covers it.
 	newerRanges := make([]*rangedel.Set, len(run))
 	for i := len(run) - 2; i >= 0; i-- {
-		newerRanges[i] = rangedel.Merge(newerRanges[i+1], run[i+1].ix.Ranges())
+		newerRanges[i] = rangedel.Merge(newerRanges[i+1], run[i+1].index().Ranges())
 	}
 
 	cursors := make([]*mergeCursor, len(run))
 	maps := make([]*fileMap, len(run))
 	for i, sg := range run {
-		cursors[i] = &mergeCursor{sg: sg}
+		cursors[i] = &mergeCursor{ix: sg.index()}
+		if _, err := cursors[i].load(); err != nil {
+			return nil, fmt.Errorf("segkv: merge read index of %s: %w", sg.df.path, err)
+		}
 		maps[i] = sg.df.reader()
 	}
 	buf := make([]byte, 0, 4096)
@@ -354,10 +374,10 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 		best := -1
 		var bestKey []byte
 		for i, c := range cursors {
-			if c.pos >= c.sg.ix.Len() {
+			if !c.ok {
 				continue
 			}
-			k := c.sg.ix.Key(c.pos)
+			k := c.cur.Key
 			if best < 0 {
 				best, bestKey = i, k
 				continue
@@ -369,11 +389,14 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 		if best < 0 {
 			break
 		}
-		e := cursors[best].sg.ix.At(cursors[best].pos)
+		e := cursors[best].cur
 		key := bytes.Clone(bestKey)
-		for _, c := range cursors {
-			if c.pos < c.sg.ix.Len() && bytes.Equal(c.sg.ix.Key(c.pos), key) {
+		for i, c := range cursors {
+			if c.ok && bytes.Equal(c.cur.Key, key) {
 				c.pos++
+				if _, err := c.load(); err != nil {
+					return nil, fmt.Errorf("segkv: merge read index of %s: %w", run[i].df.path, err)
+				}
 			}
 		}
 		if e.Kind == index.KindDelete && dropTombstones || newerRanges[best].Covers(key) {
@@ -425,6 +448,6 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	if err != nil {
 		return nil, err
 	}
-	s.writeIndexFile(id, ixData)
+	s.writeIndexFile(sg, ixData)
 	return sg, nil
 }

@@ -228,7 +228,7 @@ func (s *Store) completeSeal(t *tail, liveID uint64) error {
 	// metadata work that waits on the file system's journal: off the seal's
 	// path. Neither needs a barrier: the index is a cache (rebuilt if a crash
 	// loses it) and the manifest records the data length.
-	s.bg.afterSeal(sealTidy{df: t.df, length: end, ixData: ixData})
+	s.bg.afterSeal(sealTidy{sg: seg, df: t.df, length: end, ixData: ixData})
 	s.stats.seals.Add(1)
 	s.bg.requestMerge()
 	return nil
@@ -307,7 +307,7 @@ func (s *Store) coveredByRanges(add []*sealed, remove []uint64) []uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, a := range add {
-		ranges := a.ix.Ranges()
+		ranges := a.index().Ranges()
 		if ranges.Len() == 0 {
 			continue
 		}
@@ -331,12 +331,13 @@ func (s *Store) coveredByRanges(add []*sealed, remove []uint64) []uint64 {
 func segmentSpan(sg *sealed) (rangedel.Span, bool) {
 	var sp rangedel.Span
 	ok := false
-	if sg.ix.Len() > 0 {
-		// The end is exclusive: the key right after MaxKey.
-		sp = rangedel.Span{Start: sg.ix.At(0).Key, End: append(bytes.Clone(sg.ix.At(sg.ix.Len()-1).Key), 0)}
+	if sg.meta.Keys > 0 {
+		// The manifest's record of the segment's smallest and largest key;
+		// the end is exclusive: the key right after MaxKey.
+		sp = rangedel.Span{Start: sg.meta.MinKey, End: append(bytes.Clone(sg.meta.MaxKey), 0)}
 		ok = true
 	}
-	if start, end, has := sg.ix.Ranges().Bounds(); has {
+	if start, end, has := sg.index().Ranges().Bounds(); has {
 		if !ok || bytes.Compare(start, sp.Start) < 0 {
 			sp.Start = start
 		}
@@ -359,6 +360,7 @@ func containsID(ids []uint64, id uint64) bool {
 
 // sealTidy is the file work a seal leaves to the background.
 type sealTidy struct {
+	sg     *sealed
 	df     *dataFile
 	length int64
 	ixData []byte
@@ -376,7 +378,7 @@ func (s *Store) tidy(j sealTidy) {
 	if j.df.retired.Load() {
 		return
 	}
-	s.writeIndexFile(j.df.id, j.ixData)
+	s.writeIndexFile(j.sg, j.ixData)
 	f, err := s.fs.OpenReadWrite(j.df.path)
 	if err == nil {
 		err = f.Truncate(j.length)

@@ -184,12 +184,24 @@ func newTail(s *Store, id uint64) *tail {
 	return &tail{id: id, st: s, keys: newLiveIndex(), ranges: rangedel.NewTree()}
 }
 
-// sealed is a sealed segment with its index in memory.
+// sealed is a sealed segment and its index.
 type sealed struct {
 	meta manifestlog.SegmentMeta
 	df   *dataFile
-	ix   *index.Index
+	// ix is the segment's index: decoded in the heap when a seal, merge or
+	// import has just built it, then replaced by the mapping of its file
+	// once that is written (see adoptIndexFile). Both answer alike.
+	ix atomic.Pointer[index.Index]
 }
+
+func newSealed(meta manifestlog.SegmentMeta, df *dataFile, ix *index.Index) *sealed {
+	sg := &sealed{meta: meta, df: df}
+	sg.ix.Store(ix)
+	return sg
+}
+
+// index returns the segment's index.
+func (sg *sealed) index() *index.Index { return sg.ix.Load() }
 
 // Open opens (creating if needed) the store in dir. opts may be nil.
 func Open(dir string, opts *Options) (*Store, error) {
@@ -264,6 +276,8 @@ func (s *Store) recover() error {
 	// fails on a read or an open leaves every file as it found it.
 	res, rep, err := recovery.Plan(s.fs, s.dir, state, recovery.Options{
 		Logger: s.log,
+		NoMap:  s.opts.DisableMmap,
+		Repair: s.indexRepair,
 		OnLiveRecord: func(id uint64, r segment.Record, off int64, length int) error {
 			t := tails[id]
 			if t == nil {
@@ -275,6 +289,9 @@ func (s *Store) recover() error {
 		},
 	})
 	s.recovery = rep
+	if rep != nil {
+		s.stats.indexRebuilds.Add(int64(len(rep.RebuiltIndexes)))
+	}
 	if err != nil {
 		return err
 	}
@@ -285,7 +302,8 @@ func (s *Store) recover() error {
 	for _, rs := range res.Segments {
 		df := s.newDataFile(rs.Meta.ID, rs.Meta.FileKind)
 		df.setSealed(rs.Meta.DataLength)
-		s.mu.segs = append(s.mu.segs, &sealed{meta: rs.Meta, df: df, ix: rs.Index})
+		df.holdIndex(rs.Index)
+		s.mu.segs = append(s.mu.segs, newSealed(rs.Meta, df, rs.Index))
 	}
 	sortSegments(s.mu.segs)
 
@@ -635,10 +653,15 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 // decides. The caller keeps them pinned
 // (or holds mu).
 func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
+	probe := index.NewProbe(key) // hashed once for every segment's bloom filter
 	for _, seg := range segs {
-		e, ok := seg.ix.Get(key)
+		ix := seg.index()
+		e, ok, err := ix.Get(&probe)
+		if err != nil {
+			return nil, fmt.Errorf("segkv: get: %w", err)
+		}
 		if !ok {
-			if seg.ix.Ranges().Covers(key) {
+			if ix.Ranges().Covers(key) {
 				return nil, ErrNotFound
 			}
 			continue

@@ -154,6 +154,7 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 
 	var written []*sealed
 	removeFiles := func(sg *sealed) {
+		sg.df.unmap() // nobody read the segment: its index mapping goes too
 		s.fs.Remove(sg.df.path)
 		s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
 	}
@@ -232,6 +233,9 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 		return nil, err
 	}
 	if err := s.commitSegments(written, nil, 0, nil); err != nil {
+		for _, sg := range written {
+			sg.df.unmap() // never installed: release the index mappings
+		}
 		return nil, err
 	}
 	s.stats.imports.Add(int64(len(written)))
@@ -328,7 +332,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err != nil {
 		return nil, err
 	}
-	s.writeIndexFile(id, ixData)
+	s.writeIndexFile(sg, ixData)
 	return sg, nil
 }
 
