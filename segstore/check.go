@@ -7,8 +7,8 @@ import (
 	"slices"
 
 	"github.com/segkv/segkv/corruption"
-	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 )
