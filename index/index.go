@@ -28,6 +28,11 @@
 //
 // docs/parts/index.md describes the byte layout.
 //
+// The package also builds indexes: Builder turns a data file's records into
+// entries (the newest record of each key, minus what a later range
+// tombstone of the file deleted), SortedEntries sorts a key directory, and
+// Build rebuilds a sealed data file's index from the file.
+//
 // Versions 1 and 2 (one checksummed blob read whole into the heap) are no
 // longer read; see legacy.go for how segments indexed under them are
 // carried over.

@@ -5,8 +5,10 @@
 // tails, and removes files that the manifest does not name when that is
 // provably safe. Every step is recorded in a Report.
 //
-// Cost: O(files + manifest bytes + live chain bytes + index bytes). Sealed
-// data files are not read unless their index must be rebuilt.
+// Cost: O(files + manifest bytes + live chain bytes + index top blocks):
+// an index is mapped and only its top block read (package index). Sealed
+// data files are not read unless their index must be rebuilt. Recovery
+// decides which index to rebuild; package index knows how (Build, Builder).
 //
 // What is removed, and why it is safe:
 //   - "<id>.seg" files the manifest does not name: outputs of a merge or
@@ -33,15 +35,11 @@
 package recovery
 
 import (
-	"bytes"
 	"cmp"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io/fs"
-	"iter"
 	"log/slog"
-	"maps"
 	"path/filepath"
 	"runtime"
 	"slices"
@@ -51,7 +49,6 @@ import (
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/manifestlog"
-	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
@@ -610,7 +607,7 @@ func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, opts
 // is not what was sealed.
 func RebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) ([]byte, error) {
 	dataPath := filepath.Join(dir, segment.DataName(m.ID, m.FileKind))
-	built, err := BuildIndex(fsys, dataPath, m.DataLength)
+	built, err := index.Build(fsys, dataPath, m.DataLength)
 	if err != nil {
 		return nil, err
 	}
@@ -622,192 +619,6 @@ func RebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) ([]byte, e
 		return nil, corruption.New(filepath.Join(dir, segment.IndexName(m.ID)), -1, "%v", err)
 	}
 	return data, nil
-}
-
-// Built is an index built from a data file.
-type Built struct {
-	Data     []byte // the version 3 index file
-	Checksum uint64 // its checksum
-	Digest   uint64
-	Records  uint64
-	Keys     uint64
-	MinKey   []byte
-	MaxKey   []byte
-
-	entries []index.Entry
-	ranges  *rangedel.Set
-	id      index.Identity
-}
-
-// Anchored returns the index file that matches want, the checksum a
-// manifest recorded: Data if want is its checksum, else, if want is the
-// checksum the segment's version 1 or 2 index had, a version 3 file that
-// carries it (index.EncodeUpgrade). Any other want is an error.
-func (b *Built) Anchored(want uint64) ([]byte, error) {
-	if want == b.Checksum {
-		return b.Data, nil
-	}
-	legacy, err := index.LegacyChecksum(b.entries, b.ranges, b.id)
-	if err != nil {
-		return nil, err
-	}
-	if legacy != want {
-		return nil, fmt.Errorf("rebuilt index checksum %016x (legacy format %016x) differs from the manifest's %016x", b.Checksum, legacy, want)
-	}
-	data, _, err := index.EncodeUpgrade(b.entries, b.ranges, b.id, legacy)
-	return data, err
-}
-
-// BuildIndex replays the first length bytes of a sealed data file, which must
-// hold complete frames only (a torn tail in a sealed segment is corruption),
-// and builds its index: the newest record of each key wins.
-func BuildIndex(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
-	f, err := fsys.Open(dataPath)
-	if err != nil {
-		return nil, fmt.Errorf("recovery: open %s: %w", dataPath, err)
-	}
-	defer f.Close()
-	ib := NewIndexBuilder()
-	rr, err := segment.ReplayFile(f, dataPath, length, func(r segment.Record, off int64, n int) error {
-		ib.Add(r, off, n)
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	if rr.Scan.End != length {
-		return nil, corruption.New(dataPath, rr.Scan.End, "sealed segment ends at %d, the manifest recorded %d", rr.Scan.End, length)
-	}
-	digest, err := segment.Digest(f, length)
-	if err != nil {
-		return nil, err
-	}
-	entries, ranges := ib.Finish()
-	id := index.Identity{DataLength: length, DataDigest: digest}
-	data, sum, err := index.EncodeWithRanges(entries, ranges, id)
-	if err != nil {
-		return nil, fmt.Errorf("recovery: encode index of %s: %w", dataPath, err)
-	}
-	b := &Built{Data: data, Checksum: sum, Digest: digest, Records: uint64(rr.Records), Keys: uint64(len(entries)),
-		entries: entries, ranges: ranges, id: id}
-	if len(entries) > 0 {
-		b.MinKey = bytes.Clone(entries[0].Key)
-		b.MaxKey = bytes.Clone(entries[len(entries)-1].Key)
-	}
-	return b, nil
-}
-
-// EntriesFromMap turns a key directory into sorted index entries. Sorting a
-// million keys is most of a seal's CPU, so it compares integers where it can:
-// keys often share a long prefix (tables, tenants), so each entry carries the
-// 8 bytes after the prefix all keys share as a big-endian word, and whole keys
-// are compared only when those words tie.
-func EntriesFromMap(m map[string]index.Entry) []index.Entry {
-	return SortedEntries(len(m), maps.All(m))
-}
-
-// SortedEntries is EntriesFromMap over any key directory: n is its size, all
-// yields each key once with its entry.
-func SortedEntries(n int, all iter.Seq2[string, index.Entry]) []index.Entry {
-	// One pass over the directory (a map: every step is a cache miss)
-	// collects the entries, their keys (in one arena, so that a seal of a
-	// million keys is not a million allocations) and the keys' common
-	// prefix; the rest works on contiguous slices.
-	entries := make([]index.Entry, 0, n)
-	var arena []byte
-	var prefix string
-	for k, e := range all {
-		if len(entries) == 0 {
-			prefix = k
-		} else {
-			p := 0
-			for p < len(prefix) && p < len(k) && prefix[p] == k[p] {
-				p++
-			}
-			prefix = prefix[:p]
-		}
-		start := len(arena)
-		arena = append(arena, k...)
-		e.Key = arena[start:len(arena):len(arena)]
-		entries = append(entries, e)
-	}
-	// The arena may have moved while it grew: point the keys at its final
-	// home.
-	off := 0
-	for i := range entries {
-		l := len(entries[i].Key)
-		entries[i].Key = arena[off : off+l : off+l]
-		off += l
-	}
-	// Each key's search word: its first 8 bytes after the common prefix,
-	// zero-padded. Byte order of keys is (word, key) order, and distinct
-	// keys rarely tie on the word, so a radix sort of the words does
-	// almost all the work.
-	items := make([]wordItem, len(entries))
-	for i := range entries {
-		var w [8]byte
-		copy(w[:], entries[i].Key[len(prefix):])
-		items[i] = wordItem{word: binary.BigEndian.Uint64(w[:]), i: uint32(i)}
-	}
-	radixSortWords(items)
-	// Keys that tie on the word are ordered by the whole key.
-	for lo := 0; lo < len(items); {
-		hi := lo + 1
-		for hi < len(items) && items[hi].word == items[lo].word {
-			hi++
-		}
-		if hi-lo > 1 {
-			slices.SortFunc(items[lo:hi], func(a, b wordItem) int { return bytes.Compare(entries[a.i].Key, entries[b.i].Key) })
-		}
-		lo = hi
-	}
-	out := make([]index.Entry, len(items))
-	for j, it := range items {
-		out[j] = entries[it.i]
-	}
-	return out
-}
-
-// wordItem is one key's search word and its position in the entries.
-type wordItem struct {
-	word uint64
-	i    uint32
-}
-
-// radixSortWords sorts items by word: a least-significant-byte-first radix
-// sort, stable, skipping the byte positions where every word agrees (the
-// common case for the high bytes of keys with a shared structure). O(n) per
-// pass and at most eight passes, against O(n log n) comparisons.
-func radixSortWords(items []wordItem) {
-	if len(items) < 2 {
-		return
-	}
-	tmp := make([]wordItem, len(items))
-	src, dst := items, tmp
-	for shift := uint(0); shift < 64; shift += 8 {
-		var count [256]int
-		for _, it := range src {
-			count[byte(it.word>>shift)]++
-		}
-		if count[byte(src[0].word>>shift)] == len(src) {
-			continue // every word has this byte: the pass would change nothing
-		}
-		pos := 0
-		for b := range count {
-			c := count[b]
-			count[b] = pos
-			pos += c
-		}
-		for _, it := range src {
-			b := byte(it.word >> shift)
-			dst[count[b]] = it
-			count[b]++
-		}
-		src, dst = dst, src
-	}
-	if &src[0] != &items[0] {
-		copy(items, src)
-	}
 }
 
 func sortedKeys[V any](m map[uint64]V) []uint64 {

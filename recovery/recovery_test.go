@@ -61,7 +61,7 @@ func sealedMeta(t *testing.T, mem *vfs.Mem, id uint64, kind uint8, order uint64)
 	p := filepath.Join(dir, segment.DataName(id, kind))
 	size, err := mem.Stat(p)
 	require.NoError(t, err)
-	b, err := BuildIndex(mem, p, size)
+	b, err := index.Build(mem, p, size)
 	require.NoError(t, err)
 	require.NoError(t, index.Write(mem, filepath.Join(dir, segment.IndexName(id)), b.Data))
 	return manifestlog.SegmentMeta{ID: id, FileKind: kind, Order: order, DataLength: size, DataDigest: b.Digest,
@@ -240,7 +240,7 @@ func TestEntriesFromMapSorts(t *testing.T) {
 		for i, k := range keys {
 			m[string(prefix)+string(k)] = index.Entry{Kind: index.KindPut, Offset: int64(i)}
 		}
-		entries := EntriesFromMap(m)
+		entries := index.EntriesFromMap(m)
 		if len(entries) != len(m) {
 			t.Fatalf("%d entries for %d keys", len(entries), len(m))
 		}
@@ -290,7 +290,7 @@ func TestSortedEntriesLarge(t *testing.T) {
 				k := gen(i)
 				m[k] = index.Entry{Kind: index.KindPut, Offset: int64(len(m))}
 			}
-			entries := EntriesFromMap(m)
+			entries := index.EntriesFromMap(m)
 			want := slices.Sorted(maps.Keys(m))
 			require.Len(t, entries, len(want))
 			for i, e := range entries {
@@ -310,6 +310,6 @@ func BenchmarkSortedEntries(b *testing.B) {
 	}
 	b.ResetTimer()
 	for range b.N {
-		EntriesFromMap(m)
+		index.EntriesFromMap(m)
 	}
 }

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/segkv/segkv/recovery"
+	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
@@ -47,7 +47,7 @@ func TestBreakDisjointRangeDeletesQuadratic(t *testing.T) {
 // sweeps once. This checks the answer on such a file.
 func TestBreakIndexBuilderRescansDeadKeys(t *testing.T) {
 	const keys, every = 150_000, 100
-	b := recovery.NewIndexBuilder()
+	b := index.NewBuilder()
 	off := int64(segment.HeaderSize)
 	for i := range keys {
 		k := []byte(fmt.Sprintf("log-%08d", i))

@@ -9,7 +9,6 @@ import (
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/rangedel"
-	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 )
 
@@ -100,7 +99,7 @@ func (s *Store) checkSegment(sg *sealed) error {
 	}
 	// Rebuilding proves the index holds exactly the newest record of every
 	// key of the data file, no more and no less.
-	built, err := recovery.BuildIndex(s.fs, sg.df.path, sg.meta.DataLength)
+	built, err := index.Build(s.fs, sg.df.path, sg.meta.DataLength)
 	if err != nil {
 		return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
 	}

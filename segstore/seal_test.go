@@ -12,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/index"
-	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
@@ -219,7 +218,7 @@ func TestIndexDamageIsRebuilt(t *testing.T) {
 		"stale index of the same segment": func(t *testing.T, mem *vfs.Mem, ix, _ string, si SegmentInfo) {
 			// Same identity (length, digest), older content: one entry fewer.
 			id := index.Identity{DataLength: si.Size, DataDigest: si.Digest}
-			built, err := recovery.BuildIndex(mem, filepath.Join("/db", segment.DataName(si.ID, segment.KindLog)), si.Size)
+			built, err := index.Build(mem, filepath.Join("/db", segment.DataName(si.ID, segment.KindLog)), si.Size)
 			require.NoError(t, err)
 			loaded, err := index.Decode(ix, built.Data, built.Checksum, id)
 			require.NoError(t, err)

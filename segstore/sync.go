@@ -13,8 +13,8 @@ import (
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/manifestlog"
-	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/wal"
 )
@@ -274,7 +274,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err := out.write(hdr); err != nil {
 		return nil, err
 	}
-	ib := recovery.NewIndexBuilder()
+	ib := index.NewBuilder()
 	var records uint64
 	first := true
 	maxPayload := maxBatchPayload + wal.HeaderSize

@@ -1,22 +1,21 @@
-package recovery
+package index
 
 import (
 	"bytes"
 	"container/heap"
 	"slices"
 
-	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
 )
 
-// IndexBuilder turns the records of one data file, fed in file order, into
+// Builder turns the records of one data file, fed in file order, into
 // the file's index: the newest record of each key, minus the keys a later
 // range tombstone of the same file deleted, plus the union of the file's
 // range tombstones. Rebuilding an index, importing a segment and checking a
 // store all use it, so the three agree with each other and with a seal.
-type IndexBuilder struct {
-	latest map[string]index.Entry
+type Builder struct {
+	latest map[string]Entry
 	tombs  []offsetSpan
 }
 
@@ -26,19 +25,19 @@ type offsetSpan struct {
 	off  int64
 }
 
-// NewIndexBuilder returns an empty builder.
-func NewIndexBuilder() *IndexBuilder {
-	return &IndexBuilder{latest: map[string]index.Entry{}}
+// NewBuilder returns an empty builder.
+func NewBuilder() *Builder {
+	return &Builder{latest: map[string]Entry{}}
 }
 
 // Add records one record found at off, length bytes long. Link records are
 // not part of the index; the caller skips them.
-func (b *IndexBuilder) Add(r segment.Record, off int64, length int) {
+func (b *Builder) Add(r segment.Record, off int64, length int) {
 	if r.Kind == segment.KindRangeDelete {
 		b.tombs = append(b.tombs, offsetSpan{span: rangedel.Span{Start: bytes.Clone(r.Key), End: bytes.Clone(r.Value)}, off: off})
 		return
 	}
-	b.latest[string(r.Key)] = index.Entry{Kind: r.Kind, Offset: off, Length: uint32(length)}
+	b.latest[string(r.Key)] = Entry{Kind: r.Kind, Offset: off, Length: uint32(length)}
 }
 
 // Finish returns the sorted entries and the union of the range tombstones.
@@ -50,7 +49,7 @@ func (b *IndexBuilder) Add(r segment.Record, off int64, length int) {
 // dropped from the top as they surface, and the entry is dead if the top
 // is newer than it. O(keys log keys + tombstones log tombstones), however
 // the tombstones overlap (a log that trims its head again and again).
-func (b *IndexBuilder) Finish() ([]index.Entry, *rangedel.Set) {
+func (b *Builder) Finish() ([]Entry, *rangedel.Set) {
 	entries := EntriesFromMap(b.latest)
 	if len(b.tombs) == 0 {
 		return entries, nil

@@ -1,4 +1,4 @@
-package recovery
+package index
 
 import (
 	"bytes"
@@ -19,7 +19,7 @@ func TestIndexBuilderMatchesReplay(t *testing.T) {
 	keys := []string{"", "a", "a\x00", "ab", "b", "ba", "c", "d"}
 	rapid.Check(t, func(rt *rapid.T) {
 		key := rapid.SampledFrom(keys)
-		b := NewIndexBuilder()
+		b := NewBuilder()
 		type rec struct {
 			kind uint8
 			off  int64
@@ -67,12 +67,12 @@ func TestIndexBuilderMatchesReplay(t *testing.T) {
 // BenchmarkIndexBuilderTrimmedLog: Finish on a log of 400k keys whose head
 // was trimmed 4000 times, each range tombstone overlapping all earlier ones.
 //
-//	go test -run x -bench IndexBuilderTrimmedLog ./recovery/
+//	go test -run x -bench IndexBuilderTrimmedLog ./index/
 func BenchmarkIndexBuilderTrimmedLog(b *testing.B) {
 	const keys, every = 400_000, 100
 	for range b.N {
 		b.StopTimer()
-		ib := NewIndexBuilder()
+		ib := NewBuilder()
 		off := int64(segment.HeaderSize)
 		for i := range keys {
 			ib.Add(segment.Record{Kind: segment.KindPut, Key: fmt.Appendf(nil, "log-%08d", i), Value: []byte("v")}, off, 20)
