@@ -456,7 +456,7 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 		return nil, corruption.New(path, int64(size-footerSize), "bad index footer (torn or damaged)")
 	}
 	topOff, topLen := le.Uint64(foot), le.Uint64(foot[8:])
-	if topOff < fileHeaderSize || topLen < topFixed+8 || topOff > size || topLen != size-footerSize-topOff {
+	if topOff < fileHeaderSize || topLen < topFixed+8 || topOff > size-footerSize || topLen != size-footerSize-topOff {
 		return nil, corruption.New(path, int64(size-footerSize), "top block [%d, +%d) does not end at the footer of a %d-byte index", topOff, topLen, size)
 	}
 	top := data[topOff : topOff+topLen-8]
@@ -858,6 +858,17 @@ func (ix *Index) Verify() error {
 		if 8*i >= len(ix.bloom) || binary.LittleEndian.Uint64(ix.bloom[8*i:]) != wd {
 			return corruption.New(ix.path, -1, "bloom filter word %d differs from the one its keys build", i)
 		}
+	}
+	// Last, byte for byte: the layout choices the reads above accept but
+	// Encode never makes (block size, chunk size, the key-order flag,
+	// gaps) must not pass a check that promises what Encode writes.
+	entries := make([]Entry, ix.n)
+	for i := range entries {
+		entries[i], _ = ix.At(i) // every block verified above
+	}
+	again, _, err := encode(entries, ix.ranges, ix.id, ix.legacy)
+	if err != nil || !bytes.Equal(again, ix.data) {
+		return corruption.New(ix.path, -1, "index is not the file its entries encode to")
 	}
 	return nil
 }
