@@ -82,4 +82,3 @@ func Build(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
 	}
 	return b, nil
 }
-

@@ -120,4 +120,3 @@ func radixSortWords(items []wordItem) {
 		copy(items, src)
 	}
 }
-
