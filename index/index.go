@@ -245,22 +245,11 @@ func encode(entries []Entry, ranges *rangedel.Set, id Identity, legacy uint64) (
 		return nil, 0, err
 	}
 	n := len(entries)
-	filter := bloom.NewWithEstimates(uint(max(n, 1)), falsePositiveRate)
-	for _, e := range entries {
-		filter.Add(e.Key)
+	m, k, words, prefixLen, err := bloomAndPrefix(entries)
+	if err != nil {
+		return nil, 0, err
 	}
-	m, k := uint64(filter.Cap()), uint64(filter.K())
-	words := filter.BitSet().Words()
-	w := wordsFor(m)
-	if uint64(len(words)) < w || k > maxBloomK {
-		// Cannot happen with the library's estimates; refuse rather than
-		// write a file this package would not read back.
-		return nil, 0, fmt.Errorf("index: bloom filter with m=%d k=%d and %d words is not encodable", m, k, len(words))
-	}
-	prefixLen := 0
-	if n > 0 {
-		prefixLen = commonPrefix(entries[0].Key, entries[n-1].Key)
-	}
+	w := uint64(len(words))
 	inKeyOrder := true
 	for i := 1; i < n; i++ {
 		if entries[i].Offset <= entries[i-1].Offset {
@@ -363,6 +352,28 @@ func encode(entries []Entry, ranges *rangedel.Set, id Identity, legacy uint64) (
 	buf = le.AppendUint32(buf, Version)
 	buf = le.AppendUint32(buf, 0)
 	return buf, sum, nil
+}
+
+// bloomAndPrefix builds the bloom filter of entries, returning its size m
+// in bits, hash count k and exactly wordsFor(m) words, and the length of the
+// prefix all keys share: what every format version encodes alike.
+func bloomAndPrefix(entries []Entry) (m, k uint64, words []uint64, prefixLen int, err error) {
+	filter := bloom.NewWithEstimates(uint(max(len(entries), 1)), falsePositiveRate)
+	for _, e := range entries {
+		filter.Add(e.Key)
+	}
+	m, k = uint64(filter.Cap()), uint64(filter.K())
+	words = filter.BitSet().Words()
+	w := wordsFor(m)
+	if uint64(len(words)) < w || k > maxBloomK {
+		// Cannot happen with the library's estimates; refuse rather than
+		// write a file this package would not read back.
+		return 0, 0, nil, 0, fmt.Errorf("index: bloom filter with m=%d k=%d and %d words is not encodable", m, k, len(words))
+	}
+	if n := len(entries); n > 0 {
+		prefixLen = commonPrefix(entries[0].Key, entries[n-1].Key)
+	}
+	return m, k, words[:w], prefixLen, nil
 }
 
 // LoadOptions configure Load.

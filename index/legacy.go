@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"math"
 
-	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cespare/xxhash/v2"
 
 	"github.com/segkv/segkv/rangedel"
@@ -55,24 +54,11 @@ func encodeLegacy(entries []Entry, ranges *rangedel.Set, id Identity) (data []by
 		return nil, 0, err
 	}
 	n := len(entries)
-	filter := bloom.NewWithEstimates(uint(max(n, 1)), falsePositiveRate)
-	for _, e := range entries {
-		filter.Add(e.Key)
+	m, k, words, prefixLen, err := bloomAndPrefix(entries)
+	if err != nil {
+		return nil, 0, err
 	}
-	m := uint64(filter.Cap())
-	k := uint64(filter.K())
-	words := filter.BitSet().Words()
-	w := wordsFor(m)
-	if uint64(len(words)) < w || k > maxBloomK {
-		// Cannot happen with the library's estimates; refuse rather than
-		// write a file this package would not read back.
-		return nil, 0, fmt.Errorf("index: bloom filter with m=%d k=%d and %d words is not encodable", m, k, len(words))
-	}
-
-	prefixLen := 0
-	if n > 0 {
-		prefixLen = commonPrefix(entries[0].Key, entries[n-1].Key)
-	}
+	w := uint64(len(words))
 	wordsStart := legacyHeaderSize + 8*w
 	offsStart := wordsStart + 8*uint64(n)
 	recStart := offsStart + 4*uint64(n+1)
