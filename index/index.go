@@ -719,7 +719,7 @@ func (ix *Index) MayContain(p *Probe) (bool, error) {
 
 // Get returns the entry for the probe's key. A missing key almost always
 // costs one bloom test; a present one a bloom test, a search of the block
-// words held in the heap and a binary search inside one block. The returned
+// words held in the heap and a search inside one block. The returned
 // Entry.Key aliases the index.
 func (ix *Index) Get(p *Probe) (Entry, bool, error) {
 	if h := ix.healed.Load(); h != nil {
@@ -729,13 +729,20 @@ func (ix *Index) Get(p *Probe) (Entry, bool, error) {
 	if !ok || err != nil {
 		return Entry{}, false, err
 	}
-	i, err := ix.Search(p.key)
-	if err != nil || i == ix.n {
-		return Entry{}, false, err
+	b, blk, j, err := ix.locate(p.key)
+	if err != nil {
+		h, herr := ix.heal(err)
+		if herr != nil {
+			return Entry{}, false, herr
+		}
+		return h.Get(p)
 	}
-	e, err := ix.At(i)
-	if err != nil || !bytes.Equal(e.Key, p.key) {
-		return Entry{}, false, err
+	if b < 0 || j == blk.n {
+		return Entry{}, false, nil
+	}
+	e := blk.at(j)
+	if !bytes.Equal(e.Key, p.key) {
+		return Entry{}, false, nil
 	}
 	return e, true, nil
 }
@@ -746,43 +753,7 @@ func (ix *Index) Search(key []byte) (int, error) {
 	if h := ix.healed.Load(); h != nil {
 		return h.Search(key)
 	}
-	if ix.n == 0 {
-		return 0, nil
-	}
-	// Every key starts with ix.prefix: a probe that does not is before or
-	// after all of them.
-	p := ix.prefix
-	if len(key) < len(p) {
-		// A proper prefix of p (or equal to one) sorts before every key.
-		if bytes.Compare(key, p[:len(key)]) <= 0 {
-			return 0, nil
-		}
-		return ix.n, nil
-	}
-	if c := bytes.Compare(key[:len(p)], p); c != 0 {
-		if c < 0 {
-			return 0, nil
-		}
-		return ix.n, nil
-	}
-	w := searchWord(key[len(p):])
-	// The number of blocks whose first key is < key; words coarsen the key
-	// order, so the whole first key decides only on a tie.
-	lo, hi := 0, ix.blocks
-	for lo < hi {
-		mid := int(uint(lo+hi) >> 1)
-		fw := ix.firstWords[mid]
-		if fw < w || (fw == w && bytes.Compare(ix.firstKey(mid), key) < 0) {
-			lo = mid + 1
-		} else {
-			hi = mid
-		}
-	}
-	if lo == 0 {
-		return 0, nil
-	}
-	b := lo - 1
-	blk, err := ix.block(b)
+	b, _, j, err := ix.locate(key)
 	if err != nil {
 		h, herr := ix.heal(err)
 		if herr != nil {
@@ -790,9 +761,86 @@ func (ix *Index) Search(key []byte) (int, error) {
 		}
 		return h.Search(key)
 	}
-	// The answer is in block b, or is the next block's first position
-	// (whose first key is >= key): blk.search returns blk.n then.
-	return b*ix.perBlock + blk.search(key, w), nil
+	switch {
+	case b == -1:
+		return 0, nil
+	case b == -2:
+		return ix.n, nil
+	}
+	// j == blk.n means the next block's first position, whose first key is
+	// >= key.
+	return b*ix.perBlock + j, nil
+}
+
+// locate finds the block b that would hold key (the last whose first key is
+// <= key) and the first position j in it whose key is >= key (blk.n if
+// none). b is -1 when key sorts before every key and -2 when after every
+// key (both without reading a block). An error is a block failing its
+// verification; the caller heals.
+func (ix *Index) locate(key []byte) (b int, blk block, j int, err error) {
+	if ix.n == 0 {
+		return -1, block{}, 0, nil
+	}
+	// Every key starts with ix.prefix: a probe that does not is before or
+	// after all of them.
+	p := ix.prefix
+	if len(key) < len(p) {
+		// A proper prefix of p (or equal to one) sorts before every key.
+		if bytes.Compare(key, p[:len(key)]) <= 0 {
+			return -1, block{}, 0, nil
+		}
+		return -2, block{}, 0, nil
+	}
+	if c := bytes.Compare(key[:len(p)], p); c != 0 {
+		if c < 0 {
+			return -1, block{}, 0, nil
+		}
+		return -2, block{}, 0, nil
+	}
+	w := searchWord(key[len(p):])
+	// The number of blocks whose first key is <= key; words coarsen the key
+	// order, so the whole first key decides only on a tie.
+	lo, hi := 0, ix.blocks
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		fw := ix.firstWords[mid]
+		if fw < w || (fw == w && bytes.Compare(ix.firstKey(mid), key) <= 0) {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo == 0 {
+		return -1, block{}, 0, nil // key < the first key
+	}
+	b = lo - 1
+	blk, err = ix.block(b)
+	if err != nil {
+		return 0, block{}, 0, err
+	}
+	// The next block's first word bounds this block's words from above: a
+	// guess from the two fences, held in the heap, lands near the answer
+	// for keys spread evenly, without touching the block.
+	var guess int
+	if b+1 < ix.blocks {
+		guess = interpolate(ix.firstWords[b], ix.firstWords[b+1], w, blk.n)
+	} else {
+		guess = blk.n / 2
+	}
+	return b, blk, blk.search(key, w, guess), nil
+}
+
+// interpolate guesses the position of w among n words spread evenly from lo
+// (position 0) to hi (position n, exclusive).
+func interpolate(lo, hi, w uint64, n int) int {
+	if w <= lo || hi <= lo {
+		return 0
+	}
+	if w >= hi {
+		return n - 1
+	}
+	g := int(float64(w-lo) / float64(hi-lo) * float64(n))
+	return min(max(g, 0), n-1)
 }
 
 // At returns entry i, 0 <= i < Len(); like a slice index, an i out of range
@@ -1083,9 +1131,41 @@ func (blk block) at(j int) Entry {
 }
 
 // search returns the first position in the block whose key is >= key, whose
-// search word (after the common prefix) is w; blk.n if none.
-func (blk block) search(key []byte, w uint64) int {
+// search word (after the common prefix) is w; blk.n if none. It starts at
+// guess and gallops outwards to bracket the answer, then bisects the
+// bracket: a good guess reads one or two cache lines of words, a bad one
+// costs at most about twice a plain binary search.
+func (blk block) search(key []byte, w uint64, guess int) int {
+	// Bracket [lo, hi]: word(lo-1) < w (or lo == 0), word(hi) >= w (or
+	// hi == n).
 	lo, hi := 0, blk.n
+	if blk.word(guess) < w {
+		lo = guess + 1
+		for step := 1; ; step *= 2 {
+			next := lo + step - 1
+			if next >= blk.n {
+				break
+			}
+			if blk.word(next) >= w {
+				hi = next
+				break
+			}
+			lo = next + 1
+		}
+	} else {
+		hi = guess
+		for step := 1; ; step *= 2 {
+			next := hi - step
+			if next < 0 {
+				break
+			}
+			if blk.word(next) < w {
+				lo = next + 1
+				break
+			}
+			hi = next
+		}
+	}
 	for lo < hi {
 		mid := int(uint(lo+hi) >> 1)
 		if blk.word(mid) < w {
