@@ -431,8 +431,8 @@ func Load(fsys vfs.FS, path string, wantChecksum uint64, id Identity, opts LoadO
 		return nil, err
 	}
 	ix.unmap, ix.repair = unmap, opts.Repair
-	if unmap == nil {
-		ix.heapBytes += len(data)
+	if unmap != nil {
+		ix.heapBytes -= len(data) // Decode counted it; the mapping is not heap
 	}
 	return ix, nil
 }
@@ -599,7 +599,8 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 		return nil, corruption.New(path, at(topRangeSum), "checksum of an empty range section")
 	}
 	ix.state = make([]atomic.Uint32, blocks+chunks)
-	ix.heapBytes = 8*len(firstWords) + 4*len(ix.state)
+	// The caller's data is counted as heap; Load uncounts a mapping.
+	ix.heapBytes = 8*len(firstWords) + 4*len(ix.state) + len(data)
 	return ix, nil
 }
 
@@ -622,12 +623,16 @@ func Write(fsys vfs.FS, path string, data []byte) error {
 	return nil
 }
 
-// Close releases the mapping. The Index (and every Entry.Key it returned)
-// must not be used afterwards. Closing twice is harmless.
+// Close releases the mapping and the rebuilt index a heal installed. The
+// Index (and every Entry.Key it returned) must not be used afterwards.
+// Closing twice is harmless.
 func (ix *Index) Close() error {
 	ix.closed.Do(func() {
 		if ix.unmap != nil {
 			ix.closeErr = ix.unmap()
+		}
+		if h := ix.healed.Load(); h != nil {
+			ix.closeErr = errors.Join(ix.closeErr, h.Close())
 		}
 	})
 	return ix.closeErr
@@ -661,8 +666,13 @@ func (ix *Index) Identity() Identity { return ix.id }
 
 // HeapBytes returns the Go heap the index holds: its per-block search words
 // and verification states, plus the file itself when it was read rather
-// than mapped.
-func (ix *Index) HeapBytes() int { return ix.heapBytes }
+// than mapped, and the rebuilt index it answers from once healed.
+func (ix *Index) HeapBytes() int {
+	if h := ix.healed.Load(); h != nil {
+		return ix.heapBytes + h.HeapBytes()
+	}
+	return ix.heapBytes
+}
 
 // Healed reports whether the index found damage after Load and now answers
 // from an index rebuilt from the data file.

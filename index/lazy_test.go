@@ -249,10 +249,13 @@ func TestHeal(t *testing.T) {
 		}
 		require.Zero(t, calls.Load(), "%s at %d: no read touched it", p.name, p.off)
 		require.False(t, ix.Healed())
+		before := ix.HeapBytes()
 		require.GreaterOrEqual(t, first, 0)
 		requireRight(t, ix, entries, first)
 		require.Equal(t, int64(1), calls.Load())
 		require.True(t, ix.Healed())
+		// The rebuilt index lives in the heap, and HeapBytes says so.
+		require.Greater(t, ix.HeapBytes(), before+len(data)/2)
 		checkIndex(t, ix, entries)
 		require.Equal(t, int64(1), calls.Load())
 		require.Equal(t, sum, ix.Checksum())
