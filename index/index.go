@@ -241,117 +241,26 @@ func EncodeUpgrade(entries []Entry, ranges *rangedel.Set, id Identity, legacyChe
 }
 
 func encode(entries []Entry, ranges *rangedel.Set, id Identity, legacy uint64) ([]byte, uint64, error) {
-	if _, err := validateEntries(entries, id); err != nil {
-		return nil, 0, err
+	p := WriterParams{Count: len(entries), ID: id, Ranges: ranges, Legacy: legacy}
+	if n := len(entries); n > 0 {
+		p.FirstKey, p.LastKey = entries[0].Key, entries[n-1].Key
 	}
-	n := len(entries)
-	m, k, words, prefixLen, err := bloomAndPrefix(entries)
+	var buf bytes.Buffer
+	buf.Grow(fileHeaderSize + len(entries)*(8+4+recordMeta+16) + 4096)
+	w, err := NewWriter(&buf, p)
 	if err != nil {
 		return nil, 0, err
 	}
-	w := uint64(len(words))
-	inKeyOrder := true
-	for i := 1; i < n; i++ {
-		if entries[i].Offset <= entries[i-1].Offset {
-			inKeyOrder = false
-			break
+	for _, e := range entries {
+		if err := w.Add(e); err != nil {
+			return nil, 0, err
 		}
 	}
-
-	le := binary.LittleEndian
-	buf := make([]byte, 0, fileHeaderSize+n*(8+4+recordMeta+16)+int(8*w)+4096)
-	buf = append(buf, Magic...)
-	buf = le.AppendUint32(buf, Version)
-	buf = le.AppendUint32(buf, 0)
-
-	blocks := (n + BlockEntries - 1) / BlockEntries
-	tab := make([]byte, 0, blocks*tabEntry)
-	var firstKeys []byte
-	for b := range blocks {
-		blk := entries[b*BlockEntries : min(n, (b+1)*BlockEntries)]
-		start := len(buf)
-		for _, e := range blk {
-			buf = binary.BigEndian.AppendUint64(buf, searchWord(e.Key[prefixLen:]))
-		}
-		pos := uint32(0)
-		for _, e := range blk {
-			buf = le.AppendUint32(buf, pos)
-			pos += recordMeta + uint32(len(e.Key))
-		}
-		buf = le.AppendUint32(buf, pos)
-		for _, e := range blk {
-			buf = append(buf, e.Kind)
-			buf = le.AppendUint64(buf, uint64(e.Offset))
-			buf = le.AppendUint32(buf, e.Length)
-			buf = append(buf, e.Key...)
-		}
-		if uint64(len(buf)-start) > math.MaxUint32 || len(firstKeys)+len(blk[0].Key) > math.MaxUint32 {
-			return nil, 0, fmt.Errorf("%w: block %d exceeds 4 GiB", ErrInvalidEntries, b)
-		}
-		tab = le.AppendUint64(tab, uint64(start))
-		tab = le.AppendUint32(tab, uint32(len(buf)-start))
-		tab = le.AppendUint64(tab, xxhash.Sum64(buf[start:]))
-		tab = le.AppendUint32(tab, uint32(len(firstKeys)))
-		tab = le.AppendUint32(tab, uint32(len(blk[0].Key)))
-		firstKeys = append(firstKeys, blk[0].Key...)
+	sum, _, err := w.Finish()
+	if err != nil {
+		return nil, 0, err
 	}
-
-	bloomOff := len(buf)
-	for i := uint64(0); i < w; i++ {
-		buf = le.AppendUint64(buf, words[i])
-	}
-	chunks := int((w + bloomChunkWords - 1) / bloomChunkWords)
-	chunkSums := make([]byte, 0, 8*chunks)
-	for c := range chunks {
-		lo := bloomOff + 8*c*bloomChunkWords
-		hi := min(lo+8*bloomChunkWords, bloomOff+int(8*w))
-		chunkSums = le.AppendUint64(chunkSums, xxhash.Sum64(buf[lo:hi]))
-	}
-
-	rangeOff := len(buf)
-	var rangeSum uint64
-	if ranges.Len() > 0 {
-		buf = appendRanges(buf, ranges)
-		rangeSum = xxhash.Sum64(buf[rangeOff:])
-	}
-	rangeLen := len(buf) - rangeOff
-
-	topOff := len(buf)
-	var flags uint32
-	if inKeyOrder {
-		flags |= flagInKeyOrder
-	}
-	buf = le.AppendUint32(buf, Version)
-	buf = le.AppendUint32(buf, flags)
-	buf = le.AppendUint64(buf, uint64(n))
-	buf = le.AppendUint64(buf, uint64(id.DataLength))
-	buf = le.AppendUint64(buf, id.DataDigest)
-	buf = le.AppendUint64(buf, legacy)
-	buf = le.AppendUint32(buf, BlockEntries)
-	buf = le.AppendUint32(buf, uint32(blocks))
-	buf = le.AppendUint32(buf, uint32(prefixLen))
-	buf = le.AppendUint32(buf, uint32(k))
-	buf = le.AppendUint64(buf, m)
-	buf = le.AppendUint64(buf, uint64(bloomOff))
-	buf = le.AppendUint32(buf, bloomChunkWords)
-	buf = le.AppendUint32(buf, uint32(chunks))
-	buf = le.AppendUint64(buf, uint64(rangeOff))
-	buf = le.AppendUint64(buf, uint64(rangeLen))
-	buf = le.AppendUint64(buf, rangeSum)
-	buf = le.AppendUint64(buf, uint64(len(firstKeys)))
-	buf = append(buf, tab...)
-	buf = append(buf, chunkSums...)
-	buf = append(buf, firstKeys...)
-	sum := xxhash.Sum64(buf[topOff:])
-	buf = le.AppendUint64(buf, sum)
-	topLen := len(buf) - topOff
-
-	buf = le.AppendUint64(buf, uint64(topOff))
-	buf = le.AppendUint64(buf, uint64(topLen))
-	buf = append(buf, Magic...)
-	buf = le.AppendUint32(buf, Version)
-	buf = le.AppendUint32(buf, 0)
-	return buf, sum, nil
+	return buf.Bytes(), sum, nil
 }
 
 // bloomAndPrefix builds the bloom filter of entries, returning its size m

@@ -1,0 +1,286 @@
+package index
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math"
+
+	"github.com/bits-and-blooms/bloom/v3"
+	"github.com/cespare/xxhash/v2"
+
+	"github.com/segkv/segkv/rangedel"
+)
+
+// WriterParams describe the index a Writer encodes. The count and the first
+// and last keys come first because the format needs them before the first
+// block: the bloom filter is sized by the count, and every search word is
+// taken after the prefix the first and last keys share.
+type WriterParams struct {
+	// Count is the number of entries Add will be given.
+	Count int
+	// FirstKey and LastKey are the first and last entries' keys (ignored
+	// when Count is 0).
+	FirstKey, LastKey []byte
+	// ID is the data file the entries point into.
+	ID Identity
+	// Ranges is the union of the segment's range tombstones, or nil.
+	Ranges *rangedel.Set
+	// Legacy is the version 1/2 checksum the file stands in for (see
+	// EncodeUpgrade), or 0.
+	Legacy uint64
+}
+
+// Writer encodes an index file in one pass over its entries in key order,
+// writing each key block as it fills: it holds the bloom filter, the block
+// table and the blocks' first keys (about 1.5 bytes per key), never the
+// entries, so an index of any size is written in bounded memory. Encode is
+// a Writer into a buffer, so both write the same bytes for the same
+// entries.
+type Writer struct {
+	w      io.Writer
+	p      WriterParams
+	prefix int
+	filter *bloom.BloomFilter
+
+	off        uint64 // bytes written so far
+	added      int
+	prev       Entry
+	inKeyOrder bool
+	blk        []Entry // the block being filled; keys borrowed until it is written
+	keyBuf     []byte  // copies of the block's keys
+	buf        []byte  // one encoded block
+	tab        []byte
+	firstKeys  []byte
+	err        error
+}
+
+// NewWriter starts an index file on w. It writes the file header at once.
+func NewWriter(w io.Writer, p WriterParams) (*Writer, error) {
+	if p.Count < 0 || p.ID.DataLength < 0 {
+		return nil, fmt.Errorf("%w: count %d, data length %d", ErrInvalidEntries, p.Count, p.ID.DataLength)
+	}
+	if p.Count > 0 && bytes.Compare(p.FirstKey, p.LastKey) > 0 {
+		return nil, fmt.Errorf("%w: first key %q is after the last %q", ErrInvalidEntries, truncKey(p.FirstKey), truncKey(p.LastKey))
+	}
+	iw := &Writer{w: w, p: p, inKeyOrder: true, blk: make([]Entry, 0, BlockEntries)}
+	iw.filter = bloom.NewWithEstimates(uint(max(p.Count, 1)), falsePositiveRate)
+	if uint64(len(iw.filter.BitSet().Words())) < wordsFor(uint64(iw.filter.Cap())) || iw.filter.K() > maxBloomK {
+		// Cannot happen with the library's estimates; refuse rather than
+		// write a file this package would not read back.
+		return nil, fmt.Errorf("index: bloom filter with m=%d k=%d is not encodable", iw.filter.Cap(), iw.filter.K())
+	}
+	if p.Count > 0 {
+		iw.prefix = commonPrefix(p.FirstKey, p.LastKey)
+	}
+	le := binary.LittleEndian
+	hdr := make([]byte, 0, fileHeaderSize)
+	hdr = append(hdr, Magic...)
+	hdr = le.AppendUint32(hdr, Version)
+	hdr = le.AppendUint32(hdr, 0)
+	if err := iw.write(hdr); err != nil {
+		return nil, err
+	}
+	return iw, nil
+}
+
+func (iw *Writer) write(b []byte) error {
+	if iw.err != nil {
+		return iw.err
+	}
+	if _, err := iw.w.Write(b); err != nil {
+		iw.err = fmt.Errorf("index: write: %w", err)
+		return iw.err
+	}
+	iw.off += uint64(len(b))
+	return nil
+}
+
+// fail records the first error, so that every later call returns it.
+func (iw *Writer) fail(err error) error {
+	if iw.err == nil {
+		iw.err = err
+	}
+	return iw.err
+}
+
+// Add appends the next entry: its key must follow the previous one's, its
+// kind be known and its record lie inside the data file. The key is copied.
+func (iw *Writer) Add(e Entry) error {
+	if iw.err != nil {
+		return iw.err
+	}
+	i := iw.added
+	switch {
+	case i >= iw.p.Count:
+		return iw.fail(fmt.Errorf("%w: entry %d beyond the announced count %d", ErrInvalidEntries, i, iw.p.Count))
+	case i > 0 && bytes.Compare(iw.prev.Key, e.Key) >= 0:
+		return iw.fail(fmt.Errorf("%w: entry %d (key %q) is not after entry %d (key %q)",
+			ErrInvalidEntries, i, truncKey(e.Key), i-1, truncKey(iw.prev.Key)))
+	case e.Kind != KindPut && e.Kind != KindDelete:
+		return iw.fail(fmt.Errorf("%w: entry %d (key %q) has unknown kind %d", ErrInvalidEntries, i, truncKey(e.Key), e.Kind))
+	case e.Offset < 0 || e.Offset > iw.p.ID.DataLength-int64(e.Length):
+		return iw.fail(fmt.Errorf("%w: entry %d (key %q): record [%d, +%d) is outside the data file of length %d",
+			ErrInvalidEntries, i, truncKey(e.Key), e.Offset, e.Length, iw.p.ID.DataLength))
+	case i == 0 && !bytes.Equal(e.Key, iw.p.FirstKey):
+		return iw.fail(fmt.Errorf("%w: first entry's key %q is not the announced first key %q", ErrInvalidEntries, truncKey(e.Key), truncKey(iw.p.FirstKey)))
+	case bytes.Compare(e.Key, iw.p.LastKey) > 0:
+		// (Between the first and last keys, every key has their prefix.)
+		return iw.fail(fmt.Errorf("%w: entry %d (key %q) is after the announced last key %q", ErrInvalidEntries, i, truncKey(e.Key), truncKey(iw.p.LastKey)))
+	}
+	if i > 0 && e.Offset <= iw.prev.Offset {
+		iw.inKeyOrder = false
+	}
+	iw.filter.Add(e.Key)
+	start := len(iw.keyBuf)
+	iw.keyBuf = append(iw.keyBuf, e.Key...)
+	e.Key = iw.keyBuf[start:len(iw.keyBuf):len(iw.keyBuf)]
+	iw.blk = append(iw.blk, e)
+	iw.prev = e
+	iw.added++
+	if len(iw.blk) == BlockEntries {
+		return iw.flushBlock()
+	}
+	return nil
+}
+
+// flushBlock encodes and writes the block being filled: the search words,
+// the record offsets, then the records.
+func (iw *Writer) flushBlock() error {
+	if len(iw.blk) == 0 {
+		return nil
+	}
+	le := binary.LittleEndian
+	buf := iw.buf[:0]
+	for _, e := range iw.blk {
+		buf = binary.BigEndian.AppendUint64(buf, searchWord(e.Key[iw.prefix:]))
+	}
+	pos := uint32(0)
+	for _, e := range iw.blk {
+		buf = le.AppendUint32(buf, pos)
+		pos += recordMeta + uint32(len(e.Key))
+	}
+	buf = le.AppendUint32(buf, pos)
+	for _, e := range iw.blk {
+		buf = append(buf, e.Kind)
+		buf = le.AppendUint64(buf, uint64(e.Offset))
+		buf = le.AppendUint32(buf, e.Length)
+		buf = append(buf, e.Key...)
+	}
+	first := iw.blk[0].Key
+	if uint64(len(buf)) > math.MaxUint32 || len(iw.firstKeys)+len(first) > math.MaxUint32 {
+		return iw.fail(fmt.Errorf("%w: block %d exceeds 4 GiB", ErrInvalidEntries, len(iw.tab)/tabEntry))
+	}
+	iw.tab = le.AppendUint64(iw.tab, iw.off)
+	iw.tab = le.AppendUint32(iw.tab, uint32(len(buf)))
+	iw.tab = le.AppendUint64(iw.tab, xxhash.Sum64(buf))
+	iw.tab = le.AppendUint32(iw.tab, uint32(len(iw.firstKeys)))
+	iw.tab = le.AppendUint32(iw.tab, uint32(len(first)))
+	iw.firstKeys = append(iw.firstKeys, first...)
+	iw.buf = buf
+	if err := iw.write(buf); err != nil {
+		return err
+	}
+	// The block's keys are written: the buffers are reused for the next.
+	iw.prev.Key = bytes.Clone(iw.prev.Key)
+	iw.blk, iw.keyBuf = iw.blk[:0], iw.keyBuf[:0]
+	return nil
+}
+
+// Finish writes the last block, the bloom filter, the range section, the
+// top block and the footer, and returns the checksum the manifest records
+// for the index (for an upgraded file, its legacy checksum) and the file's
+// size. It fails if Add was given fewer entries than announced or the last
+// entry's key is not the announced last key.
+func (iw *Writer) Finish() (checksum uint64, size int64, err error) {
+	if iw.err != nil {
+		return 0, 0, iw.err
+	}
+	if iw.added != iw.p.Count {
+		return 0, 0, iw.fail(fmt.Errorf("%w: %d entries added, %d announced", ErrInvalidEntries, iw.added, iw.p.Count))
+	}
+	if iw.added > 0 && !bytes.Equal(iw.prev.Key, iw.p.LastKey) {
+		return 0, 0, iw.fail(fmt.Errorf("%w: last entry's key %q is not the announced last key %q", ErrInvalidEntries, truncKey(iw.prev.Key), truncKey(iw.p.LastKey)))
+	}
+	if err := iw.flushBlock(); err != nil {
+		return 0, 0, err
+	}
+	le := binary.LittleEndian
+
+	m, k := uint64(iw.filter.Cap()), uint64(iw.filter.K())
+	words := iw.filter.BitSet().Words()[:wordsFor(m)]
+	bloomOff := iw.off
+	chunks := (len(words) + bloomChunkWords - 1) / bloomChunkWords
+	chunkSums := make([]byte, 0, 8*chunks)
+	buf := iw.buf[:0]
+	for c := range chunks {
+		buf = buf[:0]
+		for _, w := range words[c*bloomChunkWords : min(len(words), (c+1)*bloomChunkWords)] {
+			buf = le.AppendUint64(buf, w)
+		}
+		chunkSums = le.AppendUint64(chunkSums, xxhash.Sum64(buf))
+		if err := iw.write(buf); err != nil {
+			return 0, 0, err
+		}
+	}
+
+	rangeOff := iw.off
+	var rangeSum uint64
+	var rangeLen int
+	if iw.p.Ranges.Len() > 0 {
+		rs := appendRanges(nil, iw.p.Ranges)
+		rangeSum, rangeLen = xxhash.Sum64(rs), len(rs)
+		if err := iw.write(rs); err != nil {
+			return 0, 0, err
+		}
+	}
+
+	topOff := iw.off
+	var flags uint32
+	if iw.inKeyOrder {
+		flags |= flagInKeyOrder
+	}
+	blocks := len(iw.tab) / tabEntry
+	top := make([]byte, 0, topFixed+len(iw.tab)+len(chunkSums)+len(iw.firstKeys)+8+footerSize)
+	top = le.AppendUint32(top, Version)
+	top = le.AppendUint32(top, flags)
+	top = le.AppendUint64(top, uint64(iw.p.Count))
+	top = le.AppendUint64(top, uint64(iw.p.ID.DataLength))
+	top = le.AppendUint64(top, iw.p.ID.DataDigest)
+	top = le.AppendUint64(top, iw.p.Legacy)
+	top = le.AppendUint32(top, BlockEntries)
+	top = le.AppendUint32(top, uint32(blocks))
+	top = le.AppendUint32(top, uint32(iw.prefix))
+	top = le.AppendUint32(top, uint32(k))
+	top = le.AppendUint64(top, m)
+	top = le.AppendUint64(top, bloomOff)
+	top = le.AppendUint32(top, bloomChunkWords)
+	top = le.AppendUint32(top, uint32(chunks))
+	top = le.AppendUint64(top, rangeOff)
+	top = le.AppendUint64(top, uint64(rangeLen))
+	top = le.AppendUint64(top, rangeSum)
+	top = le.AppendUint64(top, uint64(len(iw.firstKeys)))
+	top = append(top, iw.tab...)
+	top = append(top, chunkSums...)
+	top = append(top, iw.firstKeys...)
+	sum := xxhash.Sum64(top)
+	top = le.AppendUint64(top, sum)
+	topLen := uint64(len(top))
+
+	top = le.AppendUint64(top, topOff)
+	top = le.AppendUint64(top, topLen)
+	top = append(top, Magic...)
+	top = le.AppendUint32(top, Version)
+	top = le.AppendUint32(top, 0)
+	if err := iw.write(top); err != nil {
+		return 0, 0, err
+	}
+	iw.err = errFinished
+	if iw.p.Legacy != 0 {
+		sum = iw.p.Legacy
+	}
+	return sum, int64(iw.off), nil
+}
+
+var errFinished = fmt.Errorf("index: writer already finished")
