@@ -1,6 +1,7 @@
 package index
 
 import (
+	"bufio"
 	"bytes"
 	"encoding/binary"
 	"fmt"
@@ -10,7 +11,10 @@ import (
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/rangedel"
+	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/vfs"
 )
 
 // WriterParams describe the index a Writer encodes. The count and the first
@@ -284,3 +288,81 @@ func (iw *Writer) Finish() (checksum uint64, size int64, err error) {
 }
 
 var errFinished = fmt.Errorf("index: writer already finished")
+
+// fileWriter adapts a vfs.File to io.Writer, writing front to back.
+type fileWriter struct {
+	f   vfs.File
+	off int64
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	n, err := w.f.WriteAt(p, w.off)
+	w.off += int64(n)
+	return n, err
+}
+
+// WriteOrdered writes the index file at indexPath for the data file at
+// dataPath whose point records are in strictly increasing key order, one
+// per key, after all of its range tombstones: a merge output. It replays the
+// file and streams its entries through a Writer, so that its heap does not
+// grow with the file, whatever its size, and writes the same bytes as
+// Build would. p carries what the file's writer (or the manifest) knows
+// already: the count, the first and last keys and the file's identity;
+// p.Ranges is ignored, the union of the file's range tombstones is taken
+// from the file. A file that does not match p, or whose records are not in
+// that order, is refused with ErrInvalidEntries (or a *corruption.Error for
+// damage) and leaves no index file. Like Write, it does not sync: the index
+// is a cache. It returns the index's checksum.
+func WriteOrdered(fsys vfs.FS, dataPath, indexPath string, p WriterParams) (checksum uint64, err error) {
+	data, err := fsys.Open(dataPath)
+	if err != nil {
+		return 0, fmt.Errorf("index: open %s: %w", dataPath, err)
+	}
+	defer data.Close()
+	out, err := fsys.Create(indexPath)
+	if err != nil {
+		return 0, fmt.Errorf("index: create %s: %w", indexPath, err)
+	}
+	defer func() {
+		if cerr := out.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("index: close %s: %w", indexPath, cerr)
+		}
+		if err != nil {
+			_ = fsys.Remove(indexPath) // a partial index must not be left to be loaded
+		}
+	}()
+	bw := bufio.NewWriterSize(&fileWriter{f: out}, 1<<20)
+	iw, err := NewWriter(bw, p)
+	if err != nil {
+		return 0, err
+	}
+	points := 0
+	var spans []rangedel.Span
+	rr, err := segment.ReplayFile(data, dataPath, p.ID.DataLength, func(r segment.Record, off int64, length int) error {
+		if r.Kind == segment.KindRangeDelete {
+			if points > 0 {
+				return fmt.Errorf("%w: %s: range tombstone at %d after a point record", ErrInvalidEntries, dataPath, off)
+			}
+			spans = append(spans, rangedel.Span{Start: bytes.Clone(r.Key), End: bytes.Clone(r.Value)})
+			return nil
+		}
+		points++
+		return iw.Add(Entry{Key: r.Key, Kind: r.Kind, Offset: off, Length: uint32(length)})
+	})
+	if err != nil {
+		return 0, fmt.Errorf("index: index %s: %w", dataPath, err)
+	}
+	if rr.Scan.End != p.ID.DataLength {
+		return 0, corruption.New(dataPath, rr.Scan.End, "data file ends at %d, %d expected", rr.Scan.End, p.ID.DataLength)
+	}
+	// The range section comes after the blocks: the tombstones, first in
+	// the file, are all known by now. Build takes their union alike.
+	iw.p.Ranges = rangedel.Union(spans...)
+	if checksum, _, err = iw.Finish(); err != nil {
+		return 0, fmt.Errorf("index: index %s: %w", dataPath, err)
+	}
+	if err := bw.Flush(); err != nil {
+		return 0, fmt.Errorf("index: write %s: %w", indexPath, err)
+	}
+	return checksum, nil
+}

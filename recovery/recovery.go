@@ -40,9 +40,11 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -177,6 +179,14 @@ func plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resu
 	type onDisk struct{ log, seg, idx bool }
 	files := map[uint64]*onDisk{}
 	for _, name := range names {
+		if base, ok := strings.CutSuffix(name, rebuildSuffix); ok {
+			if _, ext, ok := segment.ParseName(base); ok && ext == segment.NameIndex {
+				// An index rebuild a crash interrupted: a cache's
+				// temporary file, holding no data.
+				res.removes = append(res.removes, filepath.Join(dir, name))
+			}
+			continue
+		}
 		id, ext, ok := segment.ParseName(name)
 		if !ok {
 			continue
@@ -469,7 +479,10 @@ func settleLive(fsys vfs.FS, p string, end int64, torn bool) error {
 }
 
 func remove(fsys vfs.FS, p string, rep *Report, log *slog.Logger) error {
-	if err := fsys.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err := fsys.Remove(p); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil // gone already (a rebuild renamed its temporary file)
+		}
 		return fmt.Errorf("recovery: remove %s: %w", p, err)
 	}
 	rep.RemovedFiles = append(rep.RemovedFiles, p)
@@ -580,23 +593,85 @@ func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, opts
 	if stopped != nil && stopped() {
 		return nil, reason, errNotLoaded
 	}
-	data, err := RebuildIndex(fsys, dir, m)
-	if err != nil {
+	if err := RebuildIndexFile(fsys, dir, m); err != nil {
 		return nil, reason, err
-	}
-	if err := index.Write(fsys, ixPath, data); err != nil {
-		return nil, reason, fmt.Errorf("recovery: rewrite index %s: %w", ixPath, err)
 	}
 	// Read back through a mapping like any other index, so that a rebuilt
 	// index does not hold the heap its file would.
-	if ix, err = index.Load(fsys, ixPath, m.IndexChecksum, id, opts); err == nil {
-		return ix, reason, nil
-	}
-	ix, err = index.Decode(ixPath, data, m.IndexChecksum, id)
+	ix, err = index.Load(fsys, ixPath, m.IndexChecksum, id, opts)
 	if err != nil {
-		return nil, reason, err
+		return nil, reason, fmt.Errorf("recovery: read back rebuilt index %s: %w", ixPath, err)
 	}
 	return ix, reason, nil
+}
+
+// RebuildIndexFile rebuilds the index file of segment m from its data file,
+// checked against the manifest as RebuildIndex checks it, and puts it in
+// place of the index file by a rename, so that a mapping of a damaged file
+// being replaced stays valid. A segment whose records are in key order (a
+// merge output; the manifest's key count and first and last keys say what
+// to expect) is indexed in one streaming pass whose memory does not grow
+// with the segment; any other is rebuilt in memory (RebuildIndex), as are
+// segments recorded before index version 3. Not synced: a lost file is
+// rebuilt again.
+func RebuildIndexFile(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) error {
+	ixPath := filepath.Join(dir, segment.IndexName(m.ID))
+	tmp := ixPath + rebuildSuffix
+	streamed, err := rebuildOrdered(fsys, dir, m, tmp)
+	if err != nil {
+		return err
+	}
+	if !streamed {
+		data, err := RebuildIndex(fsys, dir, m)
+		if err != nil {
+			return err
+		}
+		if err := index.Write(fsys, tmp, data); err != nil {
+			_ = fsys.Remove(tmp)
+			return fmt.Errorf("recovery: rewrite index %s: %w", ixPath, err)
+		}
+	}
+	if err := fsys.Rename(tmp, ixPath); err != nil {
+		_ = fsys.Remove(tmp)
+		return fmt.Errorf("recovery: rewrite index %s: %w", ixPath, err)
+	}
+	return nil
+}
+
+// rebuildSuffix names an index file being rebuilt, until its rename.
+const rebuildSuffix = ".rebuild"
+
+// rebuildOrdered tries the streaming rebuild of RebuildIndexFile into tmp.
+// It reports false, having left no file, when the segment is not one it
+// can index that way (records out of key order, no key bounds in the
+// manifest, or a checksum only the in-memory rebuild can match, such as a
+// legacy one); a data file that is not what was sealed is an error.
+func rebuildOrdered(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, tmp string) (bool, error) {
+	if m.Keys > 0 && (m.MinKey == nil || m.MaxKey == nil) || m.Keys > math.MaxInt {
+		return false, nil
+	}
+	dataPath := filepath.Join(dir, segment.DataName(m.ID, m.FileKind))
+	digest, err := digestFile(fsys, dataPath, m.DataLength)
+	if err != nil {
+		return false, err
+	}
+	if digest != m.DataDigest {
+		return false, corruption.New(dataPath, -1, "data digest %016x, the manifest recorded %016x", digest, m.DataDigest)
+	}
+	sum, err := index.WriteOrdered(fsys, dataPath, tmp, index.WriterParams{
+		Count: int(m.Keys), FirstKey: m.MinKey, LastKey: m.MaxKey,
+		ID: index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest},
+	})
+	switch {
+	case errors.Is(err, index.ErrInvalidEntries):
+		return false, nil
+	case err != nil:
+		return false, err
+	case sum != m.IndexChecksum:
+		_ = fsys.Remove(tmp)
+		return false, nil
+	}
+	return true, nil
 }
 
 // RebuildIndex rebuilds the index file of segment m from its data file and

@@ -3,6 +3,7 @@ package recovery
 import (
 	"bytes"
 	"fmt"
+	"io/fs"
 	"maps"
 	"math/rand/v2"
 	"path/filepath"
@@ -312,4 +313,90 @@ func BenchmarkSortedEntries(b *testing.B) {
 	for range b.N {
 		index.EntriesFromMap(m)
 	}
+}
+
+// TestOrderedRebuildStreams: a segment whose records are in key order (a
+// merge output, with its range tombstones first) is rebuilt by the
+// streaming pass, into the same bytes as the in-memory rebuild; one that is
+// not is left to the in-memory rebuild, with no file left behind.
+func TestOrderedRebuildStreams(t *testing.T) {
+	mem := newMem(t)
+	p := filepath.Join(dir, segment.DataName(1, segment.KindSeg))
+	b := segment.Header()
+	var payload []byte
+	payload = segment.AppendRecord(payload, segment.KindRangeDelete, []byte("0"), []byte("1"))
+	for i := range 1000 {
+		k := fmt.Appendf(nil, "key-%05d", i)
+		if i%7 == 0 {
+			payload = segment.AppendRecord(payload, segment.KindDelete, k, nil)
+		} else {
+			payload = segment.AppendRecord(payload, segment.KindPut, k, []byte("value"))
+		}
+		if len(payload) > 4096 {
+			b = wal.AppendFrame(b, payload, uint64(len(b)))
+			payload = nil
+		}
+	}
+	b = wal.AppendFrame(b, payload, uint64(len(b)))
+	require.NoError(t, mem.WriteFile(p, b))
+	meta := sealedMeta(t, mem, 1, segment.KindSeg, 1)
+	meta.MinKey, meta.MaxKey = []byte("key-00000"), []byte("key-00999")
+	ixPath := filepath.Join(dir, segment.IndexName(1))
+	want, err := mem.ReadFile(ixPath)
+	require.NoError(t, err)
+
+	tmp := ixPath + rebuildSuffix
+	streamed, err := rebuildOrdered(mem, dir, meta, tmp)
+	require.NoError(t, err)
+	require.True(t, streamed)
+	got, err := mem.ReadFile(tmp)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+	require.NoError(t, mem.Remove(tmp))
+
+	// Wrong bounds in the manifest: not streamed, nothing left.
+	bad := meta
+	bad.MaxKey = []byte("key-00998")
+	streamed, err = rebuildOrdered(mem, dir, bad, tmp)
+	require.NoError(t, err)
+	require.False(t, streamed)
+	_, err = mem.Stat(tmp)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+
+	// A segment in arrival order: not streamed, nothing left; the file
+	// rebuild still puts the right index in place.
+	writeData(t, mem, 2, segment.KindLog, nil, []string{"b=1", "a=2"}, []string{"c=3"})
+	meta2 := sealedMeta(t, mem, 2, segment.KindLog, 2)
+	meta2.MinKey, meta2.MaxKey = []byte("a"), []byte("c")
+	ix2 := filepath.Join(dir, segment.IndexName(2))
+	want2, err := mem.ReadFile(ix2)
+	require.NoError(t, err)
+	streamed, err = rebuildOrdered(mem, dir, meta2, ix2+rebuildSuffix)
+	require.NoError(t, err)
+	require.False(t, streamed)
+	_, err = mem.Stat(ix2 + rebuildSuffix)
+	require.ErrorIs(t, err, fs.ErrNotExist)
+	require.NoError(t, mem.Remove(ix2))
+	require.NoError(t, RebuildIndexFile(mem, dir, meta2))
+	got2, err := mem.ReadFile(ix2)
+	require.NoError(t, err)
+	require.Equal(t, want2, got2)
+
+	// A data file that is not what the manifest recorded is corruption.
+	wrong := meta
+	wrong.DataDigest ^= 1
+	_, err = rebuildOrdered(mem, dir, wrong, tmp)
+	require.ErrorIs(t, err, corruption.ErrCorrupt)
+
+	// Open removes the temporary file of a rebuild a crash interrupted,
+	// and only that.
+	require.NoError(t, mem.WriteFile(tmp, []byte("half an index")))
+	require.NoError(t, mem.WriteFile(filepath.Join(dir, "notes.rebuild"), []byte("not ours")))
+	writeData(t, mem, 3, segment.KindLog, nil)
+	state := manifestlog.State{Segments: map[uint64]manifestlog.SegmentMeta{1: meta, 2: meta2}, LiveID: 3}
+	_, rep, err := Run(mem, dir, state, Options{})
+	require.NoError(t, err)
+	require.Equal(t, []string{tmp}, rep.RemovedFiles)
+	_, err = mem.Stat(filepath.Join(dir, "notes.rebuild"))
+	require.NoError(t, err)
 }

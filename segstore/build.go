@@ -48,6 +48,47 @@ func (s *Store) buildSegment(df *dataFile, length int64, digest uint64, entries 
 	return newSealed(meta, df, ix), ixData, nil
 }
 
+// buildOrderedSegment writes the index file of a complete data file whose
+// point records are in key order (see index.WriteOrdered), loads it and
+// fills in the manifest entry. keys, first and last are the point records'
+// count and first and last keys, which the file's writer knows. On an error
+// no index file is left behind; the data file is the caller's.
+func (s *Store) buildOrderedSegment(df *dataFile, length int64, digest uint64, keys int, first, last []byte, records uint64, order uint64) (*sealed, error) {
+	if s.hooks.beforeBuild != nil {
+		if err := s.hooks.beforeBuild(df.path); err != nil {
+			return nil, fmt.Errorf("segkv: build index of %s: %w", df.path, err)
+		}
+	}
+	ident := index.Identity{DataLength: length, DataDigest: digest}
+	p := filepath.Join(s.dir, segment.IndexName(df.id))
+	sum, err := index.WriteOrdered(s.fs, df.path, p, index.WriterParams{
+		Count: keys, FirstKey: first, LastKey: last, ID: ident,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("segkv: write index of %s: %w", df.path, err)
+	}
+	meta := manifestlog.SegmentMeta{
+		ID: df.id, FileKind: df.kind, Order: order,
+		DataLength: length, DataDigest: digest, IndexChecksum: sum,
+		Records: records, Keys: uint64(keys),
+	}
+	if keys > 0 {
+		meta.MinKey = bytes.Clone(first)
+		meta.MaxKey = bytes.Clone(last)
+	}
+	ix, err := index.Load(s.fs, p, sum, ident, index.LoadOptions{NoMap: s.opts.DisableMmap, Repair: s.indexRepair(meta)})
+	if err != nil {
+		if rerr := s.fs.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			s.log.Warn("segkv: removing an unreadable new index failed", "path", p, "err", rerr)
+		}
+		return nil, fmt.Errorf("segkv: read back index of %s: %w", df.path, err)
+	}
+	if !df.holdIndex(ix) {
+		return nil, fmt.Errorf("segkv: index of %s: %w", df.path, ErrClosed)
+	}
+	return newSealed(meta, df, ix), nil
+}
+
 // writeIndexFile writes a segment's index file without syncing it (a lost or
 // torn index is rebuilt from the data file, so a failure is only logged),
 // then makes the segment read its index through the file's mapping instead
@@ -76,22 +117,33 @@ func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 }
 
 // indexRepair returns the function with which segment m's index heals
-// damage found after it was loaded: it rebuilds the index from the data
-// file, checked against the manifest like a rebuild at Open, and decodes it
-// in the heap, from where the damaged index answers from then on. The
-// damaged file is removed so that the next Open rebuilds it (its mapping
-// stays valid meanwhile); an index holds no data, so nothing is lost.
+// damage found after it was loaded: it rebuilds the index file from the
+// data file, checked against the manifest like a rebuild at Open, puts it in
+// place of the damaged one (whose mapping stays valid meanwhile) and loads
+// it, from where the damaged index answers from then on. If the file cannot
+// be written, the rebuilt index is decoded in the heap instead and the
+// damaged file removed, so that the next Open rebuilds it. An index holds no
+// data, so nothing is lost either way.
 func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index.Index, error) {
 	return func(cause error) (*index.Index, error) {
 		s.stats.indexRebuilds.Add(1)
 		p := filepath.Join(s.dir, segment.IndexName(m.ID))
 		s.log.Warn("segkv: index damaged; rebuilding it from the data file", "index", p, "err", cause)
+		id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
+		err := recovery.RebuildIndexFile(s.fs, s.dir, m)
+		if err == nil {
+			var ix *index.Index
+			if ix, err = index.Load(s.fs, p, m.IndexChecksum, id, index.LoadOptions{NoMap: s.opts.DisableMmap}); err == nil {
+				return ix, nil
+			}
+		}
+		s.log.Warn("segkv: writing a rebuilt index failed; keeping it in memory", "index", p, "err", err)
 		data, err := recovery.RebuildIndex(s.fs, s.dir, m)
 		if err != nil {
 			s.log.Error("segkv: rebuilding a damaged index failed", "index", p, "err", err)
 			return nil, err
 		}
-		ix, err := index.Decode(p, data, m.IndexChecksum, index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest})
+		ix, err := index.Decode(p, data, m.IndexChecksum, id)
 		if err != nil {
 			return nil, err
 		}

@@ -291,10 +291,11 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	}()
 
 	var (
-		entries  []index.Entry
+		keys     int    // point records written
+		firstKey []byte // and the first and last of their keys, which the index needs first
+		lastKey  []byte
 		payload  []byte
 		frame    []byte
-		pending  []int // indexes into entries whose offsets await the frame's offset
 		records  uint64
 		started  = time.Now()
 		written  int64
@@ -307,16 +308,12 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 		if len(payload) == 0 {
 			return nil
 		}
-		frameOff := out.off
 		frame = wal.AppendFrame(frame[:0], payload, 0)
 		if err := out.write(frame); err != nil {
 			return err
 		}
-		for _, i := range pending {
-			entries[i].Offset += frameOff + wal.HeaderSize
-		}
 		written += int64(len(frame))
-		payload, pending = payload[:0], pending[:0]
+		payload = payload[:0]
 		if bps := s.mergeOpts.BytesPerSecond; bps > 0 {
 			// Pace the background copy; no writer waits on this sleep.
 			due := started.Add(time.Duration(float64(written) / float64(bps) * float64(time.Second)))
@@ -421,8 +418,11 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 		if _, _, err := segment.DecodeRecord(rec); err != nil {
 			return nil, fmt.Errorf("%w: %s at %d: %v", ErrCorrupt, run[best].df.path, e.Offset, err)
 		}
-		entries = append(entries, index.Entry{Key: key, Kind: e.Kind, Offset: int64(len(payload)), Length: e.Length})
-		pending = append(pending, len(entries)-1)
+		if keys == 0 {
+			firstKey = key
+		}
+		lastKey = key
+		keys++
 		payload = append(payload, rec...)
 		records++
 		if len(payload) >= mergeFrameBytes {
@@ -444,10 +444,8 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	if err := s.fs.SyncDir(s.dir); err != nil {
 		return nil, fmt.Errorf("segkv: sync directory for merge output: %w", err)
 	}
-	sg, ixData, err := s.buildSegment(df, length, digest, entries, ranges, records, maxOrder)
-	if err != nil {
-		return nil, err
-	}
-	s.writeIndexFile(sg, ixData)
-	return sg, nil
+	// The output's records are in key order: its index is written by a
+	// second, sequential pass over it (from the page cache), in memory that
+	// does not grow with the output.
+	return s.buildOrderedSegment(df, length, digest, keys, firstKey, lastKey, records, maxOrder)
 }

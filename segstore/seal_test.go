@@ -251,6 +251,8 @@ func TestIndexDamageIsRebuilt(t *testing.T) {
 			require.NoError(t, s.Close())
 			ix := filepath.Join("/db", segment.IndexName(segs[0].ID))
 			other := filepath.Join("/db", segment.IndexName(segs[1].ID))
+			intact, err := mem.ReadFile(ix)
+			require.NoError(t, err)
 			fn(t, mem, ix, other, segs[0])
 
 			s = mustOpen(t, "/db", o)
@@ -260,15 +262,15 @@ func TestIndexDamageIsRebuilt(t *testing.T) {
 			if name == "flipped byte" {
 				require.Empty(t, rep.RebuiltIndexes, "the top block is intact: Open found nothing")
 				checkAndClose(t, s)
-				s = mustOpen(t, "/db", o)
-				rep = s.RecoveryReport()
-				require.Len(t, rep.RebuiltIndexes, 1, "the damaged file was removed: %+v", rep)
-				require.Contains(t, rep.RebuiltIndexes[0], "missing")
+				// The read that found the damage healed the file in place.
+				healed, err := mem.ReadFile(ix)
+				require.NoError(t, err)
+				require.Equal(t, intact, healed)
 			} else {
 				require.Len(t, rep.RebuiltIndexes, 1, "report: %+v", rep)
+				require.Contains(t, rep.RebuiltIndexes[0], segment.IndexName(segs[0].ID))
+				checkAndClose(t, s)
 			}
-			require.Contains(t, rep.RebuiltIndexes[0], segment.IndexName(segs[0].ID))
-			checkAndClose(t, s)
 			// The rebuilt index was written back: the next open is clean.
 			s = mustOpen(t, "/db", o)
 			require.Empty(t, s.RecoveryReport().RebuiltIndexes)

@@ -40,6 +40,8 @@ const (
 	scaleLoad         = "scale/load"              // s: first batch to the end of Close
 	scaleHeapLoad     = "scale/heap_load"         // B: sampled peak heap during the load
 	scaleHeapLoadKey  = "scale/heap_load_per_key" // B/key
+	scaleLiveLoad     = "scale/live_load"         // B: peak live heap (as the last GC marked it) during the load
+	scaleLiveLoadKey  = "scale/live_load_per_key" // B/key
 	scaleDisk         = "scale/disk"              // B: store directory after Close
 	scaleDiskKey      = "scale/disk_per_key"      // B/key
 	scaleOpen         = "scale/open"              // s: Open, in the child
@@ -126,24 +128,42 @@ func heapBytes() uint64 {
 	return s[0].Value.Uint64()
 }
 
-// heapPeak samples heapBytes every period until end is called.
+// liveHeapBytes is the live heap as the last completed GC cycle marked it:
+// what the program held then, whatever garbage GOGC let accumulate since.
+func liveHeapBytes() uint64 {
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+	metrics.Read(s)
+	return s[0].Value.Uint64()
+}
+
+// heapPeaks are the highest samples of heapBytes and liveHeapBytes.
+type heapPeaks struct{ objects, live uint64 }
+
+// heapPeak samples heapBytes and liveHeapBytes every period until end is
+// called.
 type heapPeak struct {
 	stop chan struct{}
-	peak chan uint64
+	peak chan heapPeaks
 }
 
 func sampleHeap(period time.Duration) *heapPeak {
-	p := &heapPeak{stop: make(chan struct{}), peak: make(chan uint64, 1)}
+	p := &heapPeak{stop: make(chan struct{}), peak: make(chan heapPeaks, 1)}
 	go func() {
 		t := time.NewTicker(period)
 		defer t.Stop()
-		peak := heapBytes()
+		var peak heapPeaks
+		sample := func() {
+			peak.objects = max(peak.objects, heapBytes())
+			peak.live = max(peak.live, liveHeapBytes())
+		}
+		sample()
 		for {
 			select {
 			case <-t.C:
-				peak = max(peak, heapBytes())
+				sample()
 			case <-p.stop:
-				p.peak <- max(peak, heapBytes())
+				sample()
+				p.peak <- peak
 				return
 			}
 		}
@@ -151,8 +171,8 @@ func sampleHeap(period time.Duration) *heapPeak {
 	return p
 }
 
-// end stops the sampling and returns the highest sample.
-func (p *heapPeak) end() uint64 {
+// end stops the sampling and returns the highest samples.
+func (p *heapPeak) end() heapPeaks {
 	close(p.stop)
 	return <-p.peak
 }
@@ -160,7 +180,8 @@ func (p *heapPeak) end() uint64 {
 // scaleLoadStats is what the parent measures of one load.
 type scaleLoadStats struct {
 	seconds   float64
-	heapPeak  int64 // sampled peak heap minus the live heap before Open
+	heapPeak  int64 // sampled peak heap (objects, garbage included) minus the live heap before Open
+	livePeak  int64 // sampled peak live heap minus the live heap before Open
 	diskBytes int64
 }
 
@@ -220,7 +241,7 @@ func (b *bench) scaleOne(ctx context.Context, name string, n int) (rows []result
 	err = labelled(ctx, name, "scale", func(context.Context) error {
 		w := newBatchWriter(b.c.batch) // allocated before the baseline: the bench's, not the engine's
 		runtime.GC()
-		base := heapBytes()
+		base, liveBase := heapBytes(), liveHeapBytes()
 		peak := sampleHeap(heapSampleEvery)
 		db, err := b.engine[name].Open(dir, peers.Bulk)
 		if err != nil {
@@ -235,7 +256,9 @@ func (b *bench) scaleOne(ctx context.Context, name string, n int) (rows []result
 		}
 		err = db.Close()
 		ls.seconds = time.Since(start).Seconds()
-		ls.heapPeak = int64(peak.end()) - int64(base)
+		peaks := peak.end()
+		ls.heapPeak = int64(peaks.objects) - int64(base)
+		ls.livePeak = int64(peaks.live) - int64(liveBase)
 		if err != nil {
 			return fmt.Errorf("close: %w", err)
 		}
@@ -247,8 +270,8 @@ func (b *bench) scaleOne(ctx context.Context, name string, n int) (rows []result
 	if ls.diskBytes, err = dirSize(dir); err != nil {
 		return nil, err
 	}
-	b.progress("%-6s n=%d %-9s load %.2f s, heap peak %s (%.1f B/key), %s on disk (%.1f B/key)", "scale", n, name,
-		ls.seconds, mib(ls.heapPeak), float64(ls.heapPeak)/float64(n), mib(ls.diskBytes), float64(ls.diskBytes)/float64(n))
+	b.progress("%-6s n=%d %-9s load %.2f s, heap peak %s (%.1f B/key), live heap peak %s, %s on disk (%.1f B/key)", "scale", n, name,
+		ls.seconds, mib(ls.heapPeak), float64(ls.heapPeak)/float64(n), mib(ls.livePeak), mib(ls.diskBytes), float64(ls.diskBytes)/float64(n))
 	ch, err := b.reopenInChild(ctx, name, dir, n)
 	if err != nil {
 		return nil, err
@@ -327,6 +350,8 @@ func scaleRows(name string, n int, ls scaleLoadStats, ch scaleChild) []result {
 		{Workload: scaleLoad, Unit: "s", Value: ls.seconds, Ops: int64(n), Seconds: ls.seconds},
 		{Workload: scaleHeapLoad, Unit: "B", Value: float64(ls.heapPeak)},
 		{Workload: scaleHeapLoadKey, Unit: "B/key", Value: perKey(ls.heapPeak)},
+		{Workload: scaleLiveLoad, Unit: "B", Value: float64(ls.livePeak)},
+		{Workload: scaleLiveLoadKey, Unit: "B/key", Value: perKey(ls.livePeak)},
 		{Workload: scaleDisk, Unit: "B", Value: float64(ls.diskBytes), DiskBytes: ls.diskBytes},
 		{Workload: scaleDiskKey, Unit: "B/key", Value: perKey(ls.diskBytes)},
 		{Workload: scaleOpen, Unit: "s", Value: ch.OpenS, Ops: 1, Seconds: ch.OpenS},
@@ -473,8 +498,9 @@ func writeScaleTable(w io.Writer, res *results) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nscale: %d-byte keys, %d-byte values in random order, bulk-loaded in batches of %d, closed, reopened (durable mode) in a fresh child process.\n",
 		peers.KeySize, peers.ValueSize, c.batch)
-	b.WriteString("  load: first batch to the end of Close. heap@load: peak of the Go heap's objects (live and not yet collected) sampled every 100 ms\n")
-	b.WriteString("    during Open, load and Close, minus the live heap before Open. disk: the store directory after Close.\n")
+	b.WriteString("  load: first batch to the end of Close. heap@load: peak of the Go heap's objects (live and not yet collected, so GOGC's share too)\n")
+	b.WriteString("    sampled every 100 ms during Open, load and Close, minus the live heap before Open; live@load: the same for the live heap as the\n")
+	b.WriteString("    last GC marked it (/gc/heap/live:bytes): what the engine held. disk: the store directory after Close.\n")
 	b.WriteString("  In the child: open: Open; open-get: start of Open to the return of the first Get; heap@open: live Go heap after Open and the first Get\n")
 	b.WriteString("    minus before Open (runtime.GC each time); VmRSS, VmHWM: the child's, right then (Go runtime and non-Go memory included).\n")
 	fmt.Fprintf(&b, "  get, miss: %d random Gets of present / missing keys, 1 goroutine; scan: forward scans of %d keys from random keys, 1 goroutine, %v.\n",
@@ -485,6 +511,7 @@ func writeScaleTable(w io.Writer, res *results) error {
 	}{
 		{"load", "s", scaleLoad, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
 		{"heap@load", "B/key", scaleHeapLoadKey, perKeyString},
+		{"live@load", "MiB", scaleLiveLoad, func(v float64) string { return fmt.Sprintf("%.0f", v/(1<<20)) }},
 		{"disk", "B/key", scaleDiskKey, perKeyString},
 		{"open", "ms", scaleOpen, msString},
 		{"open-get", "ms", scaleOpenFirstGet, msString},
