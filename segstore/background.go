@@ -7,9 +7,12 @@ import (
 )
 
 // background runs the store's work that must stay off the write path: making
-// the next live file ahead of need, sealing a full live file, and the
-// periodic sync of SyncInterval mode. One goroutine, woken by requests; it
-// never sleeps on a writer's behalf.
+// the next live file ahead of need, sealing a full live file, writing sealed
+// segments' index files, and the periodic sync of SyncInterval mode, on one
+// goroutine; and merging, on another, so that a long merge step never
+// delays a seal (the live file, whose index is in the heap, would grow past
+// SegmentSize meanwhile). Both are woken by requests; neither sleeps on a
+// writer's behalf.
 type background struct {
 	s     *Store
 	seal  chan struct{}
@@ -36,8 +39,9 @@ func startBackground(s *Store) *background {
 		quit:  make(chan struct{}),
 	}
 	b.ctx, b.cancel = context.WithCancel(context.Background())
-	b.wg.Add(1)
+	b.wg.Add(2)
 	go b.run()
+	go b.runMerges()
 	b.requestSpare()
 	// Merge work a Close interrupted (or the policy finds in the segments
 	// Open loaded) resumes now rather than after the next seal.
@@ -104,7 +108,7 @@ func (b *background) runTidy() {
 	}
 }
 
-// stop ends the background goroutine after the job it is running. Tidy
+// stop ends the background goroutines after the jobs they are running. Tidy
 // jobs still queued stay queued: Close runs them (runTidy) after its own
 // last seal, since index files left unwritten would be rebuilt by the next
 // Open, and writing them now is cheaper.
@@ -143,12 +147,31 @@ func (b *background) run() {
 			if err := b.s.autoSeal(); err != nil {
 				b.s.log.Warn("segkv: background seal failed", "err", err)
 			}
+		case <-tick:
+			if b.s.failed() != nil {
+				continue
+			}
+			if err := b.s.syncLive(); err != nil {
+				b.s.log.Warn("segkv: interval sync failed", "err", err)
+			}
+		}
+	}
+}
+
+// runMerges takes merge steps while the policy finds work, one bounded step
+// per request.
+func (b *background) runMerges() {
+	defer b.wg.Done()
+	for {
+		select {
+		case <-b.quit:
+			return
 		case <-b.merge:
 			if b.s.hooks.beforeJob != nil {
 				b.s.hooks.beforeJob("merge")
 			}
-			// One bounded step per wake-up; ask again if there may be more, so
-			// that seals, spares and quit are served between steps.
+			// Ask again if there may be more, so that quit is served
+			// between steps.
 			did, err := b.s.mergeStep(b.ctx, false)
 			switch {
 			case err != nil && b.ctx.Err() != nil:
@@ -157,13 +180,6 @@ func (b *background) run() {
 				b.s.log.Warn("segkv: background merge failed", "err", err)
 			case did:
 				b.requestMerge()
-			}
-		case <-tick:
-			if b.s.failed() != nil {
-				continue
-			}
-			if err := b.s.syncLive(); err != nil {
-				b.s.log.Warn("segkv: interval sync failed", "err", err)
 			}
 		}
 	}

@@ -26,8 +26,12 @@ type MergeOptions struct {
 	// SizeRatio bounds "similar size": the largest segment of a run is at
 	// most SizeRatio times the smallest (default 4).
 	SizeRatio float64
-	// MaxStepBytes bounds the input of one merge step (default 64 MiB), and so
-	// the work between two manifest commits.
+	// MaxStepBytes bounds the input of one merge step (default 1 GiB), and so
+	// the work between two manifest commits and the size segments grow to
+	// (runs of 64 MiB seals merge into 256 MiB, those into 1 GiB): fewer,
+	// larger segments mean fewer bloom probes per missing key and fewer
+	// cursors per scan. A step's memory does not grow with it (its index
+	// is written in a streaming pass); it needs free disk for its output.
 	MaxStepBytes int64
 	// BytesPerSecond, if positive, limits the rate at which a merge writes.
 	BytesPerSecond int64

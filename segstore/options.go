@@ -49,7 +49,7 @@ const (
 	minSegmentSize        = 4 << 10
 	absoluteMaxKeySize    = 1 << 20
 	absoluteMaxValueSize  = 256 << 20
-	defaultMergeStepBytes = 64 << 20
+	defaultMergeStepBytes = 1 << 30
 )
 
 // Options configures a Store. The zero value (or a nil *Options) is valid.
