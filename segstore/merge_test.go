@@ -193,3 +193,37 @@ func TestSpaceAfterCompact(t *testing.T) {
 	require.LessOrEqual(t, m.SegmentBytes, 2*live, "bytes on disk within 2x of live data")
 	checkAndClose(t, s)
 }
+
+// TestMergeBacklog: the gauge counts the segments the background merge
+// would take next: none with merging disabled, some once enough unordered
+// segments are sealed (held while the merge is gated), none again once the
+// background merge has worked through them, whatever order it took.
+func TestMergeBacklog(t *testing.T) {
+	fill := func(s *Store, rng *rand.Rand) {
+		for range 5 {
+			for range 200 {
+				require.NoError(t, s.Put(fmt.Appendf(nil, "k%06d", rng.IntN(1_000_000)), []byte("value")))
+			}
+			require.NoError(t, s.Seal())
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+	fill(s, rng)
+	require.Zero(t, s.Metrics().MergeBacklog)
+	checkAndClose(t, s)
+
+	gate := make(chan struct{})
+	s, err := open("/db", &Options{FS: vfs.NewMem()}, testHooks{beforeJob: func(job string) {
+		if job == "merge" {
+			<-gate
+		}
+	}})
+	require.NoError(t, err)
+	fill(s, rng)
+	require.Equal(t, 5, s.Metrics().MergeBacklog, "five similar segments: one run of five")
+	close(gate)
+	require.Eventually(t, func() bool { return s.Metrics().MergeBacklog == 0 }, timeout, tick)
+	require.Equal(t, 1, s.Metrics().Segments)
+	checkAndClose(t, s)
+}

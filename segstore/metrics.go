@@ -1,6 +1,9 @@
 package segstore
 
-import "sync/atomic"
+import (
+	"slices"
+	"sync/atomic"
+)
 
 // counters are the store's running totals, updated with atomics so that
 // Metrics is cheap enough to poll.
@@ -43,6 +46,11 @@ type Metrics struct {
 	// RangeDropped counts sealed segments dropped whole because a newer
 	// range tombstone covers every key they hold.
 	RangeDropped int64
+	// MergeBacklog is the number of segments the background merge would
+	// take in its next step: 0 when it has nothing to do (or is disabled).
+	// A step in progress counts until it commits, so 0 also means no merge
+	// is running. A gauge.
+	MergeBacklog int
 }
 
 // Metrics returns the store's current metrics.
@@ -71,6 +79,18 @@ func (s *Store) Metrics() Metrics {
 		m.SegmentBytes += sg.meta.DataLength
 	}
 	m.LiveBytes = s.mu.tail.w.Offset()
+	var oldestFirst []*sealed
+	if !s.mergeOpts.Disable {
+		oldestFirst = slices.Clone(s.mu.segs)
+	}
 	s.mu.RUnlock()
+	if len(oldestFirst) > 0 {
+		slices.Reverse(oldestFirst)
+		run := pickRun(oldestFirst, s.mergeOpts, false)
+		if len(run) == 0 {
+			run = pickUnordered(oldestFirst, s.mergeOpts)
+		}
+		m.MergeBacklog = len(run)
+	}
 	return m
 }

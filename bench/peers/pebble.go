@@ -1,7 +1,9 @@
 package peers
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -110,3 +112,12 @@ func (p *pebbleDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte))
 }
 
 func (p *pebbleDB) Close() error { return p.db.Close() }
+
+// Settle waits until no flush or compaction is running and Pebble estimates
+// no compaction debt.
+func (p *pebbleDB) Settle(ctx context.Context, poll time.Duration) error {
+	return settle(ctx, poll, func() bool {
+		m := p.db.Metrics()
+		return m.Flush.NumInProgress == 0 && m.Compact.NumInProgress == 0 && m.Compact.EstimatedDebt == 0
+	})
+}

@@ -8,10 +8,12 @@
 package peers
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Mode selects how an engine is opened: for writes that must be durable when
@@ -76,6 +78,26 @@ type DB interface {
 	// Close makes every write durable (where the mode promises it) and
 	// releases the store.
 	Close() error
+}
+
+// Settler is implemented by a DB whose engine does background work after
+// writes (merges, compactions) and can tell when it has none left.
+type Settler interface {
+	// Settle returns once the engine reports no background work pending or
+	// running, polling every poll, or with ctx's error.
+	Settle(ctx context.Context, poll time.Duration) error
+}
+
+// settle polls idle until it reports true or ctx ends.
+func settle(ctx context.Context, poll time.Duration, idle func() bool) error {
+	for !idle() {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(poll):
+		}
+	}
+	return nil
 }
 
 // ErrUnknownEngine is returned by Lookup for a name no engine has.

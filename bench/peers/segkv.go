@@ -1,7 +1,9 @@
 package peers
 
 import (
+	"context"
 	"errors"
+	"time"
 
 	"github.com/segkv/segkv/segstore"
 )
@@ -33,6 +35,11 @@ func (segkvEngine) Open(dir string, m Mode) (DB, error) {
 }
 
 type segkvDB struct{ s *segstore.Store }
+
+// Settle waits until the background merge has nothing left to take.
+func (d *segkvDB) Settle(ctx context.Context, poll time.Duration) error {
+	return settle(ctx, poll, func() bool { return d.s.Metrics().MergeBacklog == 0 })
+}
 
 func (d *segkvDB) Put(k, v []byte) error { return d.s.Put(k, v) }
 

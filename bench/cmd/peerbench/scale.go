@@ -32,12 +32,17 @@ import (
 // measures a reopen (see runScaleChild). It is not a flag of the command.
 const scaleChildArg = "-internal-scale-child"
 
+// settleTimeout bounds the wait for an engine's background work after a
+// scale load.
+const settleTimeout = 30 * time.Minute
+
 // heapSampleEvery is how often the heap is sampled during a scale load.
 const heapSampleEvery = 100 * time.Millisecond
 
 // Scale workload names, one per figure.
 const (
-	scaleLoad         = "scale/load"              // s: first batch to the end of Close
+	scaleLoad         = "scale/load"              // s: first batch to the return of the last (synced)
+	scaleSettle       = "scale/settle"            // s: then until no background work is left
 	scaleHeapLoad     = "scale/heap_load"         // B: sampled peak heap during the load
 	scaleHeapLoadKey  = "scale/heap_load_per_key" // B/key
 	scaleLiveLoad     = "scale/live_load"         // B: peak live heap (as the last GC marked it) during the load
@@ -179,7 +184,8 @@ func (p *heapPeak) end() heapPeaks {
 
 // scaleLoadStats is what the parent measures of one load.
 type scaleLoadStats struct {
-	seconds   float64
+	seconds       float64 // first batch to the last batch's return
+	settleSeconds float64 // then until the engine reported no background work
 	heapPeak  int64 // sampled peak heap (objects, garbage included) minus the live heap before Open
 	livePeak  int64 // sampled peak live heap minus the live heap before Open
 	diskBytes int64
@@ -248,14 +254,28 @@ func (b *bench) scaleOne(ctx context.Context, name string, n int) (rows []result
 			peak.end()
 			return err
 		}
-		// Timed like bulk: the first batch to the end of Close.
+		// The load: the first batch to the return of the last, synced.
 		start := time.Now()
 		if err := w.write(db, uint64(n), true); err != nil {
 			peak.end()
 			return errors.Join(err, db.Close())
 		}
-		err = db.Close()
 		ls.seconds = time.Since(start).Seconds()
+		// Then the background work the load left (merges, compactions),
+		// so that the reads measure the store as it stays, not one
+		// being rewritten under them.
+		if st, ok := db.(peers.Settler); ok {
+			settleStart := time.Now()
+			sctx, cancel := context.WithTimeout(ctx, settleTimeout)
+			err := st.Settle(sctx, 100*time.Millisecond)
+			cancel()
+			if err != nil {
+				peak.end()
+				return errors.Join(fmt.Errorf("settle: %w", err), db.Close())
+			}
+			ls.settleSeconds = time.Since(settleStart).Seconds()
+		}
+		err = db.Close()
 		peaks := peak.end()
 		ls.heapPeak = int64(peaks.objects) - int64(base)
 		ls.livePeak = int64(peaks.live) - int64(liveBase)
@@ -270,8 +290,8 @@ func (b *bench) scaleOne(ctx context.Context, name string, n int) (rows []result
 	if ls.diskBytes, err = dirSize(dir); err != nil {
 		return nil, err
 	}
-	b.progress("%-6s n=%d %-9s load %.2f s, heap peak %s (%.1f B/key), live heap peak %s, %s on disk (%.1f B/key)", "scale", n, name,
-		ls.seconds, mib(ls.heapPeak), float64(ls.heapPeak)/float64(n), mib(ls.livePeak), mib(ls.diskBytes), float64(ls.diskBytes)/float64(n))
+	b.progress("%-6s n=%d %-9s load %.2f s, settle %.2f s, heap peak %s (%.1f B/key), live heap peak %s, %s on disk (%.1f B/key)", "scale", n, name,
+		ls.seconds, ls.settleSeconds, mib(ls.heapPeak), float64(ls.heapPeak)/float64(n), mib(ls.livePeak), mib(ls.diskBytes), float64(ls.diskBytes)/float64(n))
 	ch, err := b.reopenInChild(ctx, name, dir, n)
 	if err != nil {
 		return nil, err
@@ -348,6 +368,7 @@ func scaleRows(name string, n int, ls scaleLoadStats, ch scaleChild) []result {
 	heap := int64(ch.HeapAfter) - int64(ch.HeapBefore)
 	rows := []result{
 		{Workload: scaleLoad, Unit: "s", Value: ls.seconds, Ops: int64(n), Seconds: ls.seconds},
+		{Workload: scaleSettle, Unit: "s", Value: ls.settleSeconds, Seconds: ls.settleSeconds},
 		{Workload: scaleHeapLoad, Unit: "B", Value: float64(ls.heapPeak)},
 		{Workload: scaleHeapLoadKey, Unit: "B/key", Value: perKey(ls.heapPeak)},
 		{Workload: scaleLiveLoad, Unit: "B", Value: float64(ls.livePeak)},
@@ -498,9 +519,11 @@ func writeScaleTable(w io.Writer, res *results) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\nscale: %d-byte keys, %d-byte values in random order, bulk-loaded in batches of %d, closed, reopened (durable mode) in a fresh child process.\n",
 		peers.KeySize, peers.ValueSize, c.batch)
-	b.WriteString("  load: first batch to the end of Close. heap@load: peak of the Go heap's objects (live and not yet collected, so GOGC's share too)\n")
-	b.WriteString("    sampled every 100 ms during Open, load and Close, minus the live heap before Open; live@load: the same for the live heap as the\n")
-	b.WriteString("    last GC marked it (/gc/heap/live:bytes): what the engine held. disk: the store directory after Close.\n")
+	b.WriteString("  load: first batch to the return of the last (synced). settle: from then until the engine reported no background work left\n")
+	b.WriteString("    (segkv: Metrics.MergeBacklog 0; Pebble: no flush or compaction running, no compaction debt); then Close. disk: the directory after Close.\n")
+	b.WriteString("  heap@load: peak of the Go heap's objects (live and not yet collected, so GOGC's share too) sampled every 100 ms from Open to the end\n")
+	b.WriteString("    of Close, minus the live heap before Open; live@load: the same for the live heap as the last GC marked it (/gc/heap/live:bytes),\n")
+	b.WriteString("    what the engine held (memory an engine allocates outside the Go heap, such as Pebble's block cache, is in neither).\n")
 	b.WriteString("  In the child: open: Open; open-get: start of Open to the return of the first Get; heap@open: live Go heap after Open and the first Get\n")
 	b.WriteString("    minus before Open (runtime.GC each time); VmRSS, VmHWM: the child's, right then (Go runtime and non-Go memory included).\n")
 	fmt.Fprintf(&b, "  get, miss: %d random Gets of present / missing keys, 1 goroutine; scan: forward scans of %d keys from random keys, 1 goroutine, %v.\n",
@@ -510,6 +533,7 @@ func writeScaleTable(w io.Writer, res *results) error {
 		format               func(float64) string
 	}{
 		{"load", "s", scaleLoad, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
+		{"settle", "s", scaleSettle, func(v float64) string { return fmt.Sprintf("%.2f", v) }},
 		{"heap@load", "B/key", scaleHeapLoadKey, perKeyString},
 		{"live@load", "MiB", scaleLiveLoad, func(v float64) string { return fmt.Sprintf("%.0f", v/(1<<20)) }},
 		{"disk", "B/key", scaleDiskKey, perKeyString},
