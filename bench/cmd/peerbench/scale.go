@@ -186,9 +186,9 @@ func (p *heapPeak) end() heapPeaks {
 type scaleLoadStats struct {
 	seconds       float64 // first batch to the last batch's return
 	settleSeconds float64 // then until the engine reported no background work
-	heapPeak  int64 // sampled peak heap (objects, garbage included) minus the live heap before Open
-	livePeak  int64 // sampled peak live heap minus the live heap before Open
-	diskBytes int64
+	heapPeak      int64   // sampled peak heap (objects, garbage included) minus the live heap before Open
+	livePeak      int64   // sampled peak live heap minus the live heap before Open
+	diskBytes     int64
 }
 
 // scaleChild is the child's report: one JSON line on its stdout.
