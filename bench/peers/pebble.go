@@ -113,9 +113,13 @@ func (p *pebbleDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte))
 
 func (p *pebbleDB) Close() error { return p.db.Close() }
 
-// Settle waits until no flush or compaction is running and Pebble estimates
-// no compaction debt.
+// Settle flushes the memtable, so that every key is in a table, and waits
+// until no flush or compaction is running and Pebble estimates no
+// compaction debt.
 func (p *pebbleDB) Settle(ctx context.Context, poll time.Duration) error {
+	if err := p.db.Flush(); err != nil {
+		return err
+	}
 	return settle(ctx, poll, func() bool {
 		m := p.db.Metrics()
 		return m.Flush.NumInProgress == 0 && m.Compact.NumInProgress == 0 && m.Compact.EstimatedDebt == 0

@@ -83,8 +83,10 @@ type DB interface {
 // Settler is implemented by a DB whose engine does background work after
 // writes (merges, compactions) and can tell when it has none left.
 type Settler interface {
-	// Settle returns once the engine reports no background work pending or
-	// running, polling every poll, or with ctx's error.
+	// Settle moves what the engine holds in memory (a live file, a
+	// memtable) to its sorted files and returns once the engine reports no
+	// background work pending or running, polling every poll, or with ctx's
+	// error.
 	Settle(ctx context.Context, poll time.Duration) error
 }
 

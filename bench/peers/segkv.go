@@ -36,8 +36,12 @@ func (segkvEngine) Open(dir string, m Mode) (DB, error) {
 
 type segkvDB struct{ s *segstore.Store }
 
-// Settle waits until the background merge has nothing left to take.
+// Settle seals the live file, so that every key is in a sealed segment, and
+// waits until the background merge has nothing left to take.
 func (d *segkvDB) Settle(ctx context.Context, poll time.Duration) error {
+	if err := d.s.Seal(); err != nil {
+		return err
+	}
 	return settle(ctx, poll, func() bool { return d.s.Metrics().MergeBacklog == 0 })
 }
 
