@@ -289,18 +289,6 @@ func (iw *Writer) Finish() (checksum uint64, size int64, err error) {
 
 var errFinished = fmt.Errorf("index: writer already finished")
 
-// fileWriter adapts a vfs.File to io.Writer, writing front to back.
-type fileWriter struct {
-	f   vfs.File
-	off int64
-}
-
-func (w *fileWriter) Write(p []byte) (int, error) {
-	n, err := w.f.WriteAt(p, w.off)
-	w.off += int64(n)
-	return n, err
-}
-
 // WriteOrdered writes the index file at indexPath for the data file at
 // dataPath whose point records are in strictly increasing key order, one
 // per key, after all of its range tombstones: a merge output. It replays the
@@ -331,7 +319,7 @@ func WriteOrdered(fsys vfs.FS, dataPath, indexPath string, p WriterParams) (chec
 			_ = fsys.Remove(indexPath) // a partial index must not be left to be loaded
 		}
 	}()
-	bw := bufio.NewWriterSize(&fileWriter{f: out}, 1<<20)
+	bw := bufio.NewWriterSize(vfs.NewWriter(out, 0), 1<<20)
 	iw, err := NewWriter(bw, p)
 	if err != nil {
 		return 0, err

@@ -112,3 +112,18 @@ type Mapper interface {
 type SharedMapper interface {
 	MapShared(size int64) (data []byte, unmap func() error, err error)
 }
+
+// NewWriter returns an io.Writer that writes f front to back from off: a
+// File has only WriterAt, and streams (bufio, encoders) want a Writer.
+func NewWriter(f File, off int64) io.Writer { return &fileWriter{f: f, off: off} }
+
+type fileWriter struct {
+	f   File
+	off int64
+}
+
+func (w *fileWriter) Write(p []byte) (int, error) {
+	n, err := w.f.WriteAt(p, w.off)
+	w.off += int64(n)
+	return n, err
+}

@@ -460,7 +460,7 @@ func exportToFile(ctx context.Context, s *segstore.Store, id uint64, path string
 			_ = fsys.Remove(path)
 		}
 	}()
-	n, err = s.Export(ctx, id, &fileWriter{f: out})
+	n, err = s.Export(ctx, id, vfs.NewWriter(out, 0))
 	if err != nil {
 		return n, err
 	}
@@ -471,18 +471,6 @@ func exportToFile(ctx context.Context, s *segstore.Store, id uint64, path string
 		return n, fmt.Errorf("sync the directory of %s: %w", path, err)
 	}
 	return n, nil
-}
-
-// fileWriter appends to a vfs.File.
-type fileWriter struct {
-	f   vfs.File
-	off int64
-}
-
-func (w *fileWriter) Write(p []byte) (int, error) {
-	n, err := w.f.WriteAt(p, w.off)
-	w.off += int64(n)
-	return n, err
 }
 
 func runImport(ctx context.Context, e *env, args []string) error {
