@@ -520,7 +520,7 @@ func writeScaleTable(w io.Writer, res *results) error {
 	fmt.Fprintf(&b, "\nscale: %d-byte keys, %d-byte values in random order, bulk-loaded in batches of %d, closed, reopened (durable mode) in a fresh child process.\n",
 		peers.KeySize, peers.ValueSize, c.batch)
 	b.WriteString("  load: first batch to the return of the last (synced). settle: from then until the engine reported no background work left\n")
-	b.WriteString("    (segkv: Seal, then Metrics.MergeBacklog 0; Pebble: Flush, then no flush or compaction running, no debt); then Close. disk: the directory after Close.\n")
+	b.WriteString("    (segkv: Seal, then Metrics.MergeBacklog 0; Pebble: Flush, then no flush or compaction for 1 s); then Close. disk: the directory after Close.\n")
 	b.WriteString("  heap@load: peak of the Go heap's objects (live and not yet collected, so GOGC's share too) sampled every 100 ms from Open to the end\n")
 	b.WriteString("    of Close, minus the live heap before Open; live@load: the same for the live heap as the last GC marked it (/gc/heap/live:bytes),\n")
 	b.WriteString("    what the engine held (memory an engine allocates outside the Go heap, such as Pebble's block cache, is in neither).\n")
