@@ -114,14 +114,22 @@ func (p *pebbleDB) Scan(start []byte, n int, reverse bool, fn func(k, v []byte))
 func (p *pebbleDB) Close() error { return p.db.Close() }
 
 // Settle flushes the memtable, so that every key is in a table, and waits
-// until no flush or compaction is running and Pebble estimates no
-// compaction debt.
+// until no flush or compaction has run for a second (ten polls of 100 ms).
+// Pebble's EstimatedDebt is not the signal: it can stay above zero with no
+// compaction ever picked (a 30-minute wait for it to reach zero timed out
+// at 20M keys).
 func (p *pebbleDB) Settle(ctx context.Context, poll time.Duration) error {
 	if err := p.db.Flush(); err != nil {
 		return err
 	}
+	quiet := 0
 	return settle(ctx, poll, func() bool {
 		m := p.db.Metrics()
-		return m.Flush.NumInProgress == 0 && m.Compact.NumInProgress == 0 && m.Compact.EstimatedDebt == 0
+		if m.Flush.NumInProgress == 0 && m.Compact.NumInProgress == 0 {
+			quiet++
+		} else {
+			quiet = 0
+		}
+		return quiet >= 10
 	})
 }
