@@ -181,7 +181,7 @@ type Index struct {
 	repair   func(cause error) (*Index, error)
 	healMu   sync.Mutex
 	healed   atomic.Pointer[Index]
-	healErr  error // healMu: why healing failed (sticky)
+	healErr  error // healMu: why healing failed for good (the data file is damaged too)
 	closed   sync.Once
 	closeErr error
 }
@@ -896,8 +896,15 @@ func (ix *Index) heal(cause error) (*Index, error) {
 		err = corruption.New(ix.path, -1, "the index rebuilt from the data file does not match the verified top block")
 	}
 	if err != nil {
-		ix.healErr = fmt.Errorf("%w; rebuilding it from the data file failed: %w", cause, err)
-		return nil, ix.healErr
+		wrapped := fmt.Errorf("%w; rebuilding it from the data file failed: %w", cause, err)
+		if errors.Is(err, corruption.ErrCorrupt) {
+			// The data file itself does not rebuild to what the manifest
+			// recorded: no later attempt can do better.
+			ix.healErr = wrapped
+		}
+		// Anything else (an I/O error reading the data file) may pass:
+		// the next read that needs the damaged part tries again.
+		return nil, wrapped
 	}
 	ix.healed.Store(h)
 	return h, nil

@@ -11,6 +11,8 @@ import (
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/stretchr/testify/require"
+
+	"github.com/segkv/segkv/corruption"
 )
 
 // A damaged part of a v3 index (a key block or a bloom filter chunk) is not
@@ -309,9 +311,12 @@ func entryEqual(a, b Entry) bool {
 	return a.Kind == b.Kind && a.Offset == b.Offset && a.Length == b.Length && bytes.Equal(a.Key, b.Key)
 }
 
-// TestHealFailureIsSticky: a Repair that fails is called once; every later
-// read of a damaged part returns the error without calling it again, and
-// reads of intact parts are still served.
+// TestHealFailureIsSticky: a Repair that fails with corruption (or returns
+// an index that does not match) is called once; every later read of a
+// damaged part returns the error without calling it again, and reads of
+// intact parts are still served. A Repair that fails otherwise (an I/O
+// error reading the data file) is tried again by the next read that needs
+// it, which heals once it succeeds.
 func TestHealFailureIsSticky(t *testing.T) {
 	entries := genSequential(1000)
 	data, sum := mustEncode(t, entries, testID)
@@ -322,9 +327,11 @@ func TestHealFailureIsSticky(t *testing.T) {
 		bad = damage(bad, off, n)
 	}
 	errRepair := errors.New("data file unreadable")
+	errCorruptData := corruption.New("d.seg", 7, "data file damaged")
 	other, otherSum := mustEncode(t, entries[:999], testID) // same identity, other content
 	for name, repair := range map[string]func(error) (*Index, error){
 		"error":    func(error) (*Index, error) { return nil, errRepair },
+		"damaged":  func(error) (*Index, error) { return nil, errCorruptData },
 		"nil":      func(error) (*Index, error) { return nil, nil },
 		"mismatch": func(error) (*Index, error) { return Decode(ixPath, other, otherSum, testID) },
 		"corrupt":  func(error) (*Index, error) { return Decode(ixPath, bad[:100], sum, testID) },
@@ -348,7 +355,11 @@ func TestHealFailureIsSticky(t *testing.T) {
 				})
 			}
 			wg.Wait()
-			require.Equal(t, int64(1), calls.Load())
+			if name == "error" {
+				require.Greater(t, calls.Load(), int64(1), "an I/O error is retried")
+			} else {
+				require.Equal(t, int64(1), calls.Load())
+			}
 			for _, i := range []int{BlockEntries + 3, 6*BlockEntries + 3} {
 				_, err := ix.At(i)
 				ce := requireCorrupt(t, err)
@@ -361,7 +372,9 @@ func TestHealFailureIsSticky(t *testing.T) {
 				_, err = ix.Search(entries[i].Key)
 				requireCorrupt(t, err)
 			}
-			require.Equal(t, int64(1), calls.Load(), "Repair is not called again")
+			if name != "error" {
+				require.Equal(t, int64(1), calls.Load(), "Repair is not called again")
+			}
 			require.False(t, ix.Healed())
 			for _, i := range []int{0, 300, 500, 999} {
 				requireRight(t, ix, entries, i)
@@ -373,6 +386,32 @@ func TestHealFailureIsSticky(t *testing.T) {
 // TestHealKeepsPositions: an iteration by position that runs across a
 // damaged block carries on from the rebuilt index at the same positions,
 // and the keys it returned before the heal stay valid.
+// TestHealRetriesAfterIOError: once the data file reads again, the next
+// read of the damaged part heals the index.
+func TestHealRetriesAfterIOError(t *testing.T) {
+	entries := genSequential(1000)
+	data, sum := mustEncode(t, entries, testID)
+	intact := mustDecode(t, "i.idx", data, sum, testID)
+	off, n := blockSpan(intact, 2)
+	bad := damage(data, off, n)
+	var failing atomic.Bool
+	failing.Store(true)
+	errIO := errors.New("EIO")
+	ix := loadWith(t, bad, sum, testID, func(cause error) (*Index, error) {
+		if failing.Load() {
+			return nil, errIO
+		}
+		return Decode(ixPath, data, sum, testID)
+	})
+	_, err := ix.At(2*BlockEntries + 1)
+	require.ErrorIs(t, err, errIO)
+	require.False(t, ix.Healed())
+	failing.Store(false)
+	requireRight(t, ix, entries, 2*BlockEntries+1)
+	require.True(t, ix.Healed())
+	checkIndex(t, ix, entries)
+}
+
 func TestHealKeepsPositions(t *testing.T) {
 	entries := genSequential(1000)
 	data, sum := mustEncode(t, entries, testID)

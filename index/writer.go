@@ -3,6 +3,7 @@ package index
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/binary"
 	"fmt"
 	"io"
@@ -287,6 +288,10 @@ func (iw *Writer) Finish() (checksum uint64, size int64, err error) {
 	return sum, int64(iw.off), nil
 }
 
+// ctxCheckBytes is how much of a data file WriteOrdered reads between two
+// looks at its context.
+const ctxCheckBytes = 256 << 10
+
 var errFinished = fmt.Errorf("index: writer already finished")
 
 // WriteOrdered writes the index file at indexPath for the data file at
@@ -300,8 +305,9 @@ var errFinished = fmt.Errorf("index: writer already finished")
 // from the file. A file that does not match p, or whose records are not in
 // that order, is refused with ErrInvalidEntries (or a *corruption.Error for
 // damage) and leaves no index file. Like Write, it does not sync: the index
-// is a cache. It returns the index's checksum.
-func WriteOrdered(fsys vfs.FS, dataPath, indexPath string, p WriterParams) (checksum uint64, err error) {
+// is a cache. It returns the index's checksum, or ctx's error if ctx ends
+// first.
+func WriteOrdered(ctx context.Context, fsys vfs.FS, dataPath, indexPath string, p WriterParams) (checksum uint64, err error) {
 	data, err := fsys.Open(dataPath)
 	if err != nil {
 		return 0, fmt.Errorf("index: open %s: %w", dataPath, err)
@@ -325,6 +331,7 @@ func WriteOrdered(fsys vfs.FS, dataPath, indexPath string, p WriterParams) (chec
 		return 0, err
 	}
 	points := 0
+	var nextCheck int64 // offset at which ctx is next checked
 	var spans []rangedel.Span
 	rr, err := segment.ReplayFile(data, dataPath, p.ID.DataLength, func(r segment.Record, off int64, length int) error {
 		if r.Kind == segment.KindRangeDelete {
@@ -335,6 +342,14 @@ func WriteOrdered(fsys vfs.FS, dataPath, indexPath string, p WriterParams) (chec
 			return nil
 		}
 		points++
+		if off >= nextCheck {
+			// A pass over a large merge output must not hold up a Close:
+			// look at ctx once per ctxCheckBytes of data read.
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			nextCheck = off + ctxCheckBytes
+		}
 		return iw.Add(Entry{Key: r.Key, Kind: r.Kind, Offset: off, Length: uint32(length)})
 	})
 	if err != nil {

@@ -36,6 +36,7 @@ package recovery
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -658,7 +659,7 @@ func rebuildOrdered(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, tmp stri
 	if digest != m.DataDigest {
 		return false, corruption.New(dataPath, -1, "data digest %016x, the manifest recorded %016x", digest, m.DataDigest)
 	}
-	sum, err := index.WriteOrdered(fsys, dataPath, tmp, index.WriterParams{
+	sum, err := index.WriteOrdered(context.Background(), fsys, dataPath, tmp, index.WriterParams{
 		Count: int(m.Keys), FirstKey: m.MinKey, LastKey: m.MaxKey,
 		ID: index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest},
 	})

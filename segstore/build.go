@@ -2,6 +2,7 @@ package segstore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -53,7 +54,7 @@ func (s *Store) buildSegment(df *dataFile, length int64, digest uint64, entries 
 // fills in the manifest entry. keys, first and last are the point records'
 // count and first and last keys, which the file's writer knows. On an error
 // no index file is left behind; the data file is the caller's.
-func (s *Store) buildOrderedSegment(df *dataFile, length int64, digest uint64, keys int, first, last []byte, records uint64, order uint64) (*sealed, error) {
+func (s *Store) buildOrderedSegment(ctx context.Context, df *dataFile, length int64, digest uint64, keys int, first, last []byte, records uint64, order uint64) (*sealed, error) {
 	if s.hooks.beforeBuild != nil {
 		if err := s.hooks.beforeBuild(df.path); err != nil {
 			return nil, fmt.Errorf("segkv: build index of %s: %w", df.path, err)
@@ -61,7 +62,7 @@ func (s *Store) buildOrderedSegment(df *dataFile, length int64, digest uint64, k
 	}
 	ident := index.Identity{DataLength: length, DataDigest: digest}
 	p := filepath.Join(s.dir, segment.IndexName(df.id))
-	sum, err := index.WriteOrdered(s.fs, df.path, p, index.WriterParams{
+	sum, err := index.WriteOrdered(ctx, s.fs, df.path, p, index.WriterParams{
 		Count: keys, FirstKey: first, LastKey: last, ID: ident,
 	})
 	if err != nil {
@@ -157,10 +158,11 @@ func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index
 // digestWriter writes a data file front to back (merge and import outputs),
 // hashing what it writes: the content digest without a second read.
 type digestWriter struct {
-	f    vfs.File
-	path string
-	off  int64
-	h    *xxhash.Digest
+	f      vfs.File
+	path   string
+	off    int64
+	h      *xxhash.Digest
+	closed bool // finish closed f (even if it failed): discard must not close it again
 }
 
 func newDigestWriter(f vfs.File, path string) *digestWriter {
@@ -182,8 +184,20 @@ func (w *digestWriter) finish() (length int64, digest uint64, err error) {
 	if err := w.f.Sync(); err != nil {
 		return 0, 0, fmt.Errorf("segkv: sync %s: %w", w.path, err)
 	}
+	w.closed = true
 	if err := w.f.Close(); err != nil {
 		return 0, 0, fmt.Errorf("segkv: close %s: %w", w.path, err)
 	}
 	return w.off, w.h.Sum64(), nil
+}
+
+// discard abandons the file after a failure, before or after finish: it is
+// closed if finish has not closed it, and removed. Nothing names it yet, so
+// it holds no acknowledged data (and the next Open would remove it anyway).
+func (w *digestWriter) discard(fsys vfs.FS) {
+	if !w.closed {
+		w.closed = true
+		w.f.Close()
+	}
+	fsys.Remove(w.path)
 }

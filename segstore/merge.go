@@ -266,13 +266,12 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	if err != nil {
 		return nil, fmt.Errorf("segkv: create merge output: %w", err)
 	}
+	out := newDigestWriter(f, df.path)
 	defer func() {
 		if err != nil {
-			f.Close()
-			s.fs.Remove(df.path)
+			out.discard(s.fs)
 		}
 	}()
-	out := newDigestWriter(f, df.path)
 	if err := out.write(segment.Header()); err != nil {
 		return nil, err
 	}
@@ -451,5 +450,5 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	// The output's records are in key order: its index is written by a
 	// second, sequential pass over it (from the page cache), in memory that
 	// does not grow with the output.
-	return s.buildOrderedSegment(df, length, digest, keys, firstKey, lastKey, records, maxOrder)
+	return s.buildOrderedSegment(ctx, df, length, digest, keys, firstKey, lastKey, records, maxOrder)
 }

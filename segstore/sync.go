@@ -257,10 +257,10 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err != nil {
 		return nil, fmt.Errorf("segkv: import: create %s: %w", df.path, err)
 	}
+	out := newDigestWriter(f, df.path)
 	defer func() {
 		if err != nil {
-			f.Close()
-			s.fs.Remove(df.path)
+			out.discard(s.fs)
 		}
 	}()
 	hdr := make([]byte, segment.HeaderSize)
@@ -270,7 +270,6 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err := segment.CheckHeader(name, hdr); err != nil {
 		return nil, err
 	}
-	out := newDigestWriter(f, df.path)
 	if err := out.write(hdr); err != nil {
 		return nil, err
 	}
