@@ -1,6 +1,7 @@
 package segstore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -745,4 +746,50 @@ func TestStaleRebuildFiles(t *testing.T) {
 	s = mustOpen(t, "/db", o)
 	require.NoError(t, diff(s, m, 2000))
 	checkAndClose(t, s)
+}
+
+// A merge or an import whose output file was written, synced and closed, and
+// whose index build then fails, closes that file once and removes it: the
+// error path after digestWriter.finish must not close it again.
+func TestOutputClosedOnceAfterBuildFailure(t *testing.T) {
+	fsys := &trackFS{FS: vfs.NewMem()}
+	var failBuilds atomic.Bool
+	errBuild := errors.New("injected build failure")
+	o := &Options{FS: fsys, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
+	s, err := open("/db", o, testHooks{beforeBuild: func(p string) error {
+		if failBuilds.Load() && strings.HasSuffix(p, ".seg") {
+			return errBuild
+		}
+		return nil
+	}})
+	require.NoError(t, err)
+	for i := range 3 {
+		for k := range 10 {
+			key := fmt.Sprintf("k%03d", i*10+k)
+			require.NoError(t, s.Put([]byte(key), []byte(key+"|v")))
+		}
+		require.NoError(t, s.Seal())
+	}
+	segs := s.Segments()
+	var export bytes.Buffer
+	_, err = s.Export(context.Background(), segs[0].ID, &export)
+	require.NoError(t, err)
+
+	failBuilds.Store(true)
+	require.ErrorIs(t, s.Compact(context.Background()), errBuild)
+	_, err = s.Import(context.Background(), bytes.NewReader(export.Bytes()))
+	require.ErrorIs(t, err, errBuild)
+	require.Zero(t, fsys.doubleCloses.Load(), "files closed twice")
+	names, err := fsys.List("/db")
+	require.NoError(t, err)
+	for _, name := range names {
+		require.False(t, strings.HasSuffix(name, ".seg"), "failed output %s left behind", name)
+	}
+
+	failBuilds.Store(false)
+	v, err := s.Get([]byte("k015"))
+	require.NoError(t, err)
+	require.Equal(t, "k015|v", string(v))
+	require.NoError(t, s.Close())
+	require.NoError(t, fsys.held())
 }
