@@ -3,8 +3,9 @@ GO          ?= go
 STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        := ./...
 # Every module of the repository: the library, then the ones that keep
-# heavy dependencies out of its go.mod (bench/: the peer engines).
-MODULES     := . bench
+# heavy dependencies out of its go.mod (bench/: the peer engines; raft/:
+# hashicorp/raft).
+MODULES     := . bench raft
 FUZZTIME    ?= 20s
 BENCHARGS   ?=
 
@@ -38,9 +39,11 @@ torture:
 
 # Every fuzz target, FUZZTIME each.
 fuzz:
-	@set -e; for pkg in $$($(GO) list ./...); do \
-	  for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
-	    echo "== $$pkg $$f"; $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg; \
+	@set -e; for m in $(MODULES); do \
+	  for pkg in $$(cd $$m && $(GO) list ./...); do \
+	    for f in $$(cd $$m && $(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz' || true); do \
+	      echo "== $$pkg $$f"; (cd $$m && $(GO) test -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) $$pkg); \
+	    done; \
 	  done; \
 	done
 
