@@ -364,4 +364,3 @@ func (s *Store) GetUint64(key []byte) (uint64, error) {
 	}
 	return binary.BigEndian.Uint64(v), nil
 }
-
