@@ -226,5 +226,6 @@ func (s *Store) autoSeal() error {
 	if t.w.Offset() < s.opts.SegmentSize {
 		return nil
 	}
-	return s.sealLocked()
+	_, err := s.sealLocked(nil)
+	return err
 }

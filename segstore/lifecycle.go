@@ -135,7 +135,7 @@ func (s *Store) closeLive() error {
 	s.mu.RUnlock()
 	if live >= closeSealBytes {
 		s.sealMu.Lock()
-		err := s.sealLocked()
+		_, err := s.sealLocked(nil)
 		s.sealMu.Unlock()
 		if err != nil {
 			s.log.Warn("segkv: seal on close failed; the next open replays the live file", "err", err)

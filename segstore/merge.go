@@ -172,13 +172,26 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	if err := s.failed(); err != nil {
 		return false, err
 	}
+	// Shared with other steps, exclusive to ReplaceAll: no merge runs
+	// beside a replace, whose commit removes every segment.
+	s.replaceMu.RLock()
+	defer s.replaceMu.RUnlock()
 	s.mergeMu.Lock()
 	defer s.mergeMu.Unlock()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 
 	// The run is picked and claimed under commitMu, so that no commit drops
 	// one of its segments under a range tombstone (coveredByRanges leaves
 	// claimed segments alone) between the pick and the merge's own commit.
 	s.commitMu.Lock()
+	if s.replacing > 0 {
+		// A ReplaceAll waits for replaceMu: whatever this step would merge
+		// is about to be replaced. Reporting work done makes Compact and
+		// the background try again, after the replace.
+		s.commitMu.Unlock()
+		return true, nil
+	}
 	s.mu.RLock()
 	oldestFirst := slices.Clone(s.mu.segs)
 	s.mu.RUnlock()
@@ -190,6 +203,9 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	for _, sg := range run {
 		s.merging[sg.meta.ID] = true
 	}
+	if len(run) > 0 {
+		s.mergeCancel = cancel
+	}
 	s.commitMu.Unlock()
 	if len(run) == 0 {
 		return false, nil
@@ -197,11 +213,14 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	defer func() {
 		s.commitMu.Lock()
 		clear(s.merging)
+		s.mergeCancel = nil
 		s.commitMu.Unlock()
 	}()
-	// Only merges remove segments and only one merge runs at a time, so the
-	// oldest segment now is still the oldest when this step commits: a run
-	// that starts there has nothing older that a tombstone could be hiding.
+	// Only merges and ReplaceAll remove segments other than under a range
+	// tombstone (which spares the claimed run), one merge runs at a time,
+	// and no ReplaceAll runs beside a merge step, so the oldest segment now
+	// is still the oldest when this step commits: a run that starts there
+	// has nothing older that a tombstone could be hiding.
 	dropTombstones := run[0] == oldestFirst[0]
 	for _, sg := range run {
 		sg.df.pin()
@@ -213,6 +232,11 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	}()
 	out, err := s.writeMerged(ctx, run, dropTombstones)
 	if err != nil {
+		if errors.Is(context.Cause(ctx), errReplaced) {
+			// Stopped by a ReplaceAll: the output is gone, nothing changed,
+			// and the work resumes on the state the replace installs.
+			return true, nil
+		}
 		return false, err
 	}
 	inputs := make([]uint64, len(run))

@@ -96,13 +96,18 @@ func (s *Store) Seal() error {
 	defer s.ops.leave()
 	s.sealMu.Lock()
 	defer s.sealMu.Unlock()
-	return s.sealLocked()
+	_, err := s.sealLocked(nil)
+	return err
 }
 
-// sealLocked seals the live file; sealMu held.
-func (s *Store) sealLocked() error {
+// sealLocked seals the live file; sealMu held. It returns the new segment,
+// or nil when the live file was empty (nothing to seal). atSwitch, if not
+// nil, runs at the switch, under the exclusive writeMu and mu, with the file
+// being sealed: no write can land between the switch and what it records
+// (NewSealedSnapshot pins the segments there).
+func (s *Store) sealLocked(atSwitch func(frozen *tail)) (*sealed, error) {
 	if err := s.failed(); err != nil {
-		return err
+		return nil, err
 	}
 	s.mu.RLock()
 	old, frozen := s.mu.tail, s.mu.frozen
@@ -113,17 +118,14 @@ func (s *Store) sealLocked() error {
 		// named anywhere, and its keys would vanish.
 		err := fmt.Errorf("segkv: seal found %s still frozen by an earlier seal", frozen.path)
 		s.fail(err)
-		return fmt.Errorf("%w: %w", ErrFailed, err)
+		return nil, fmt.Errorf("%w: %w", ErrFailed, err)
 	}
-	old.mu.RLock()
-	empty := old.records == 0
-	old.mu.RUnlock()
-	if empty {
-		return nil
+	if old.empty() {
+		return nil, nil
 	}
 	sp, err := s.takeSpare()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if sp.id < old.id {
 		// A background spare that raced a seal's inline one can be older
@@ -131,7 +133,7 @@ func (s *Store) sealLocked() error {
 		// only among higher ids, so never continue into a lower one.
 		s.discardSpare(sp)
 		if sp, err = s.makeSpare(); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	next := newTail(s, sp.id)
@@ -149,15 +151,27 @@ func (s *Store) sealLocked() error {
 		s.writeMu.Unlock()
 		sp.f.Close()
 		s.fail(err)
-		return fmt.Errorf("%w: %w", ErrFailed, err)
+		return nil, fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	s.mu.Lock()
 	s.mu.frozen = old
 	s.mu.tail = next
+	if atSwitch != nil {
+		atSwitch(old)
+	}
 	s.mu.Unlock()
 	s.writeMu.Unlock()
 
 	return s.finishSeal(old, next.id)
+}
+
+// empty reports whether no record was published into the live file t. A
+// seal's check needs no writeMu: records only grow, so a file found
+// non-empty stays so.
+func (t *tail) empty() bool {
+	t.mu.RLock()
+	defer t.mu.RUnlock()
+	return t.records == 0
 }
 
 // sealReadAttempts is how many times a seal reads its sealed file before a
@@ -173,24 +187,26 @@ const sealReadAttempts = 3
 // So finishSeal either completes, or fails the store (ErrFailed), leaving t
 // frozen and readable until Close; the next Open finishes the seal from the
 // files (the live chain). It never returns an error with the store still
-// accepting writes, which would let a later seal commit over t.
-func (s *Store) finishSeal(t *tail, liveID uint64) error {
-	if err := s.completeSeal(t, liveID); err != nil {
+// accepting writes, which would let a later seal commit over t. It returns
+// the new segment.
+func (s *Store) finishSeal(t *tail, liveID uint64) (*sealed, error) {
+	seg, err := s.completeSeal(t, liveID)
+	if err != nil {
 		s.fail(err)
 		if errors.Is(err, ErrFailed) {
-			return err
+			return nil, err
 		}
-		return fmt.Errorf("%w: seal of %s: %w", ErrFailed, t.path, err)
+		return nil, fmt.Errorf("%w: seal of %s: %w", ErrFailed, t.path, err)
 	}
-	return nil
+	return seg, nil
 }
 
-func (s *Store) completeSeal(t *tail, liveID uint64) error {
+func (s *Store) completeSeal(t *tail, liveID uint64) (*sealed, error) {
 	end := t.w.Offset()
 	// Barrier 1, only when the write path left bytes unsynced.
 	if t.w.SyncedOffset() < end {
 		if err := t.w.Sync(); err != nil {
-			return err
+			return nil, err
 		}
 		s.stats.sealDataSyncs.Add(1)
 	}
@@ -202,7 +218,7 @@ func (s *Store) completeSeal(t *tail, liveID uint64) error {
 		s.log.Warn("segkv: reading the sealed file failed", "path", t.path, "attempt", attempt, "of", sealReadAttempts, "err", err)
 	}
 	if err != nil {
-		return err
+		return nil, err
 	}
 	// No writer publishes into t any more (the switch waited them out), so
 	// the walk reads a directory that no longer changes; the lock is for the
@@ -213,14 +229,14 @@ func (s *Store) completeSeal(t *tail, liveID uint64) error {
 	t.mu.RUnlock()
 	seg, ixData, err := s.buildSegment(t.df, end, digest, entries, ranges, uint64(records), 0)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := s.commitSegments([]*sealed{seg}, nil, liveID, func() {
 		if s.mu.frozen == t {
 			s.mu.frozen = nil
 		}
 	}); err != nil {
-		return err
+		return nil, err
 	}
 	// The append handle is done; reads always went through the file cache.
 	t.file.Close()
@@ -231,7 +247,7 @@ func (s *Store) completeSeal(t *tail, liveID uint64) error {
 	s.bg.afterSeal(sealTidy{sg: seg, df: t.df, length: end, ixData: ixData})
 	s.stats.seals.Add(1)
 	s.bg.requestMerge()
-	return nil
+	return seg, nil
 }
 
 // commitSegments names added segments (and drops removed ones) in one

@@ -23,10 +23,14 @@ import (
 // one directory's worth of memory, and a live file sealed meanwhile keeps
 // its directory in memory. Close snapshots promptly; Close is idempotent.
 type Snapshot struct {
-	s      *Store
-	tails  []tailView // the live file and the one being sealed, newest first
-	segs   []*sealed  // newest first
-	closed atomic.Bool
+	s     *Store
+	tails []tailView // the live file and the one being sealed, newest first
+	segs  []*sealed  // newest first
+	// pinnedFrozen is the data file of a live file NewSealedSnapshot pinned
+	// at its seal's switch, until the seal's segment joins segs (with the
+	// same data file, and this pin).
+	pinnedFrozen *dataFile
+	closed       atomic.Bool
 	// readMu is held shared by every value read through the snapshot and
 	// exclusively by Close, so a read finishes before the pins it relies
 	// on are dropped: a sealed file's mapping goes with its last pin, and
@@ -81,6 +85,9 @@ func (sn *Snapshot) Close() error {
 	}
 	for _, sg := range sn.segs {
 		sg.df.unpin()
+	}
+	if sn.pinnedFrozen != nil {
+		sn.pinnedFrozen.unpin()
 	}
 	sn.s.snapshots.Add(-1)
 	return nil

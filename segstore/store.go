@@ -47,21 +47,29 @@ const lockName = "LOCK"
 // order, and never takes an earlier one while holding a later one:
 //
 //  1. ops (the gate): not a lock held across work, but Close waits on it for
-//     every admitted Seal, Import, Compact, Export, Sync, Check and Verify.
-//  2. sealMu, mergeMu, importMu: one seal, one merge step, one import commit
-//     at a time. No operation holds two of them.
-//  3. writeMu: shared by writers for a commit to the live file; exclusive for
-//     a seal's switch of live files, for Close (to wait out admitted commits)
-//     and for Check.
-//  4. commitMu: a manifest commit and the install of its result, so that the
+//     every admitted Seal, Import, ReplaceAll, NewSealedSnapshot, Compact,
+//     Export (of the store or of a snapshot), Sync, Check and Verify.
+//  2. replaceMu: held shared by a merge step for its duration, exclusively
+//     by ReplaceAll for its whole duration (so no merge step runs beside
+//     one, and ReplaceAlls run one at a time).
+//  3. sealMu, mergeMu, importMu: one seal, one merge step, one import
+//     commit at a time. Only ReplaceAll holds two of them, sealMu then
+//     importMu (it never takes mergeMu: replaceMu keeps merges out).
+//  4. writeMu: shared by writers for a commit to the live file; exclusive for
+//     a seal's switch of live files, for ReplaceAll's manifest commit and
+//     switch, for NewSealedSnapshot's check of an empty live file, for
+//     Close (to wait out admitted commits) and for Check.
+//  5. commitMu: a manifest commit and the install of its result, so that the
 //     read view changes in manifest order.
-//  5. mu: the read view (live file, frozen file, sealed segments).
-//  6. tail.mu: one live file's key directory.
-//  7. the rest, each held briefly: a snapshot's readMu (around value reads
+//  6. mu: the read view (live file, frozen file, sealed segments).
+//  7. tail.mu: one live file's key directory.
+//  8. the rest, each held briefly: a snapshot's readMu (around value reads
 //     and around its Close, whose unpins may unmap and remove files), then
 //     a data file's filesMu (its index write or removal), then the file
-//     cache's lock and a data file's mapMu; the spare's lock and the
-//     background's tidyMu take no other lock.
+//     cache's lock and a data file's mapMu; a live file's syncMu (held
+//     shared around a sync, exclusively by ReplaceAll to retire the file),
+//     the spare's lock and the background's tidyMu take no other lock but
+//     the wal.Writer's.
 //
 // Below the store: the live file's wal.Writer lock (taken under writeMu by
 // a commit or a seal's switch, and by a sync: Sync, the interval sync, a
@@ -100,6 +108,10 @@ type Store struct {
 	// failure is the first error that stopped the store accepting writes.
 	failure atomic.Pointer[error]
 
+	// replaceMu is held shared by a merge step and exclusively by
+	// ReplaceAll: a merge never runs beside a replace (whose commit removes
+	// every segment, the merge's inputs too).
+	replaceMu sync.RWMutex
 	sealMu    sync.Mutex // one seal at a time
 	mergeMu   sync.Mutex // one merge step at a time
 	mergeOpts MergeOptions
@@ -112,10 +124,18 @@ type Store struct {
 
 	// commitMu makes a manifest commit and the install of its result in the
 	// read view one step, so that the view changes in manifest order. It
-	// also guards merging: the ids of the segments the merge in progress
-	// reads, which no other commit may remove.
-	commitMu sync.Mutex
-	merging  map[uint64]bool
+	// also guards merging: the ids of the segments that no other commit may
+	// remove (coveredByRanges leaves them alone), which are the inputs of
+	// the merge step in progress or the segments a ReplaceAll in progress
+	// keeps (the two never run at once: replaceMu); replacing, the number of
+	// ReplaceAll calls waiting for or holding replaceMu, which a merge step
+	// checks before it picks a run; and mergeCancel, which stops the merge
+	// step in progress (ReplaceAll calls it: the step's work is about to be
+	// replaced).
+	commitMu    sync.Mutex
+	merging     map[uint64]bool
+	replacing   int
+	mergeCancel context.CancelCauseFunc
 
 	// mu guards the read view. Readers hold it shared for the duration of a
 	// lookup, so a segment removed from segs under the exclusive lock is no
@@ -166,6 +186,24 @@ type tail struct {
 	// per iterator would make the next publish copy the nodes it touches
 	// once per copy.
 	frozen *tailView
+
+	// syncMu is held shared around a sync of the file (syncLive) and
+	// exclusively by ReplaceAll when it retires the file, whose writes its
+	// commit discarded: retired is set and the append handle closed, so a
+	// sync that raced the replace finds nothing left to sync.
+	syncMu  sync.RWMutex
+	retired bool
+}
+
+// sync makes the file's acknowledged writes durable, unless ReplaceAll
+// retired the file (its writes are no longer part of the store).
+func (t *tail) sync() error {
+	t.syncMu.RLock()
+	defer t.syncMu.RUnlock()
+	if t.retired {
+		return nil
+	}
+	return t.w.Sync()
 }
 
 // apply records one record of the file, in file order; mu held exclusively.
@@ -190,14 +228,24 @@ type sealed struct {
 	df   *dataFile
 	// ix is the segment's index: decoded in the heap when a seal, merge or
 	// import has just built it, then replaced by the mapping of its file
-	// once that is written (see adoptIndexFile). Both answer alike.
-	ix atomic.Pointer[index.Index]
+	// once that is written (see writeIndexFile). Both answer alike. It is
+	// shared with the copies restated gives the segment when ReplaceAll
+	// keeps it under a new order, so that the switch reaches them too.
+	ix *atomic.Pointer[index.Index]
 }
 
 func newSealed(meta manifestlog.SegmentMeta, df *dataFile, ix *index.Index) *sealed {
-	sg := &sealed{meta: meta, df: df}
+	sg := &sealed{meta: meta, df: df, ix: new(atomic.Pointer[index.Index])}
 	sg.ix.Store(ix)
 	return sg
+}
+
+// restated returns the segment with the metadata a later commit recorded
+// for the same file (ReplaceAll gives a kept segment a new order): the
+// same data file, pins and index. The original is left as it is, for the
+// snapshots that still see it with its old order.
+func (sg *sealed) restated(meta manifestlog.SegmentMeta) *sealed {
+	return &sealed{meta: meta, df: sg.df, ix: sg.ix}
 }
 
 // index returns the segment's index.
@@ -358,7 +406,7 @@ func (s *Store) recover() error {
 	// live file and the seal's manifest commit: finish those seals now, with
 	// the digests Plan read before anything changed.
 	for i, t := range chain[:last] {
-		if err := s.finishSeal(t, chain[i+1].id); err != nil {
+		if _, err := s.finishSeal(t, chain[i+1].id); err != nil {
 			closeChain(i) // the live file (last) is closed with the store
 			return err
 		}
@@ -730,12 +778,12 @@ func (s *Store) syncLive() error {
 	t, fr := s.mu.tail, s.mu.frozen
 	s.mu.RUnlock()
 	if fr != nil {
-		if err := fr.w.Sync(); err != nil {
+		if err := fr.sync(); err != nil {
 			s.fail(err)
 			return fmt.Errorf("%w: %w", ErrFailed, err)
 		}
 	}
-	if err := t.w.Sync(); err != nil {
+	if err := t.sync(); err != nil {
 		s.fail(err)
 		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}

@@ -82,17 +82,30 @@ func (s *Store) Export(ctx context.Context, id uint64, w io.Writer) (int64, erro
 		return 0, fmt.Errorf("%w: %d", ErrNoSegment, id)
 	}
 	defer sg.df.unpin()
+	return s.exportSegment(ctx, sg, w, nil)
+}
+
+// exportSegment streams sg's data file to w and checks that the bytes sent
+// have the digest the manifest recorded. The caller keeps sg pinned and is
+// admitted by the operation gate; ctx ends with Close (opContext). stop, if
+// not nil, is asked before every chunk whether to give up (with its error).
+func (s *Store) exportSegment(ctx context.Context, sg *sealed, w io.Writer, stop func() error) (int64, error) {
 	h, err := s.files.acquire(sg.df.id, sg.df.path)
 	if err != nil {
 		return 0, err
 	}
 	defer s.files.release(h)
 	var n int64
-	buf := make([]byte, 1<<20)
+	buf := make([]byte, min(1<<20, max(sg.meta.DataLength, 1)))
 	digest := xxhash.New()
 	for n < sg.meta.DataLength {
 		if err := ctxErr(ctx); err != nil {
 			return n, err
+		}
+		if stop != nil {
+			if err := stop(); err != nil {
+				return n, err
+			}
 		}
 		chunk := buf[:min(int64(len(buf)), sg.meta.DataLength-n)]
 		if _, err := h.f.ReadAt(chunk, n); err != nil {
