@@ -50,4 +50,4 @@ fuzz:
 # docs/FORMAT.md is assembled from the per-package format notes.
 docs:
 	cat docs/parts/format-intro.md docs/parts/wal.md docs/parts/segment.md \
-	    docs/parts/index.md docs/parts/manifest.md > docs/FORMAT.md
+	    docs/parts/index.md docs/parts/manifest.md docs/parts/raft.md > docs/FORMAT.md

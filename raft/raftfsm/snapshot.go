@@ -1,0 +1,288 @@
+package raftfsm
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/cespare/xxhash/v2"
+	"github.com/hashicorp/raft"
+
+	"github.com/segkv/segkv/segstore"
+)
+
+// The snapshot container (docs/FORMAT.md, "Raft FSM snapshot"), version 1,
+// integers little endian:
+//
+//	magic        8 bytes  "segkvfsm"
+//	version      uint32   1
+//	applied      uint64   the applied index the state is at
+//	count        uint32   number of segments
+//	table        count x (digest uint64, size uint64), oldest segment first
+//	headerSum    uint64   xxhash64 of every byte above
+//	data         each segment's export (its data file), in table order
+//	trailer      uint64   xxhash64 of every byte before it
+//
+// The table comes first so that Restore knows, before any data, which
+// segments it already holds. Each segment is also verified against its
+// digest as it is imported; the trailer catches a container cut short or
+// damaged in a part Restore skips.
+const (
+	containerMagic   = "segkvfsm"
+	containerVersion = 1
+	containerFixed   = 8 + 4 + 8 + 4
+	// maxContainerSegments bounds the table a container may announce, so
+	// that a damaged count cannot size an allocation. A store holds far
+	// fewer sealed segments.
+	maxContainerSegments = 1 << 20
+)
+
+// ErrBadSnapshot matches every error Restore returns for a container that
+// is not a valid snapshot: wrong magic or version, a checksum mismatch, a
+// truncation, trailing bytes.
+var ErrBadSnapshot = errors.New("raftfsm: invalid snapshot")
+
+type snapshot struct {
+	sn      *segstore.Snapshot
+	segs    []segstore.SegmentInfo
+	applied uint64
+}
+
+// Persist streams the container to sink; on an error it cancels the sink.
+func (s *snapshot) Persist(sink raft.SnapshotSink) error {
+	if err := writeContainer(sink, s.sn, s.segs, s.applied); err != nil {
+		sink.Cancel()
+		return fmt.Errorf("raftfsm: persist snapshot: %w", err)
+	}
+	return sink.Close()
+}
+
+// Release unpins the segments.
+func (s *snapshot) Release() { s.sn.Close() }
+
+func writeContainer(w io.Writer, sn *segstore.Snapshot, segs []segstore.SegmentInfo, applied uint64) error {
+	bw := bufio.NewWriterSize(w, 1<<20)
+	sum := xxhash.New()
+	out := io.MultiWriter(bw, sum)
+	hdr := make([]byte, 0, containerFixed+16*len(segs)+8)
+	hdr = append(hdr, containerMagic...)
+	hdr = binary.LittleEndian.AppendUint32(hdr, containerVersion)
+	hdr = binary.LittleEndian.AppendUint64(hdr, applied)
+	hdr = binary.LittleEndian.AppendUint32(hdr, uint32(len(segs)))
+	for _, sg := range segs {
+		hdr = binary.LittleEndian.AppendUint64(hdr, sg.Digest)
+		hdr = binary.LittleEndian.AppendUint64(hdr, uint64(sg.Size))
+	}
+	hdr = binary.LittleEndian.AppendUint64(hdr, xxhash.Sum64(hdr))
+	if _, err := out.Write(hdr); err != nil {
+		return err
+	}
+	for _, sg := range segs {
+		n, err := sn.Export(context.Background(), sg.ID, out)
+		if err != nil {
+			return err
+		}
+		if n != sg.Size {
+			return fmt.Errorf("segment %d: exported %d bytes, listed %d", sg.ID, n, sg.Size)
+		}
+	}
+	if _, err := bw.Write(binary.LittleEndian.AppendUint64(nil, sum.Sum64())); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+// restore reads a container from r and installs it with ReplaceAll; it
+// returns the store's applied index afterwards.
+func restore(st *segstore.Store, r io.Reader) (uint64, error) {
+	c := &containerReader{r: bufio.NewReaderSize(r, 1<<20), sum: xxhash.New()}
+	fixed := make([]byte, containerFixed)
+	if err := c.read(fixed); err != nil {
+		return 0, err
+	}
+	if string(fixed[:8]) != containerMagic {
+		return 0, fmt.Errorf("%w: not a segkv FSM snapshot (magic %q)", ErrBadSnapshot, fixed[:8])
+	}
+	if v := binary.LittleEndian.Uint32(fixed[8:]); v != containerVersion {
+		return 0, fmt.Errorf("%w: container version %d (this build reads %d)", ErrBadSnapshot, v, containerVersion)
+	}
+	applied := binary.LittleEndian.Uint64(fixed[12:])
+	count := binary.LittleEndian.Uint32(fixed[20:])
+	if count > maxContainerSegments {
+		return 0, fmt.Errorf("%w: %d segments", ErrBadSnapshot, count)
+	}
+	table := make([]byte, 16*int(count)+8)
+	if err := c.read(table); err != nil {
+		return 0, err
+	}
+	hdrSum := xxhash.New()
+	hdrSum.Write(fixed)
+	hdrSum.Write(table[:len(table)-8])
+	if got := binary.LittleEndian.Uint64(table[len(table)-8:]); got != hdrSum.Sum64() {
+		return 0, fmt.Errorf("%w: header checksum %016x, computed %016x", ErrBadSnapshot, got, hdrSum.Sum64())
+	}
+
+	local := map[[2]uint64]bool{}
+	for _, sg := range st.Segments() {
+		local[[2]uint64{sg.Digest, uint64(sg.Size)}] = true
+	}
+	c.sizes = make([]int64, count)
+	segs := make([]segstore.ReplaceSegment, count)
+	c.lastRead = -1
+	for i := range segs {
+		digest := binary.LittleEndian.Uint64(table[16*i:])
+		size := binary.LittleEndian.Uint64(table[16*i+8:])
+		if size > 1<<62 {
+			return 0, fmt.Errorf("%w: segment %d of %d bytes", ErrBadSnapshot, i, size)
+		}
+		c.sizes[i] = int64(size)
+		segs[i] = segstore.ReplaceSegment{Digest: digest, Size: int64(size), Data: &segmentReader{c: c, i: i}}
+		if !local[[2]uint64{digest, size}] {
+			c.lastRead = i
+		}
+	}
+	if c.lastRead < 0 {
+		// Nothing will be read: check the whole container first.
+		if err := c.finish(); err != nil {
+			return 0, err
+		}
+	}
+	if _, err := st.ReplaceAll(context.Background(), segs); err != nil {
+		return 0, err
+	}
+	if !c.finished {
+		// ReplaceAll verified and installed every segment it copied, but
+		// did not read the last one to its end: it would have failed.
+		return 0, fmt.Errorf("%w: the store installed the snapshot without reading all of it", ErrBadSnapshot)
+	}
+	got, err := readApplied(st)
+	if err != nil {
+		return 0, err
+	}
+	if got != applied {
+		return got, fmt.Errorf("%w: the container says applied index %d, its segments hold %d", ErrBadSnapshot, applied, got)
+	}
+	return got, nil
+}
+
+// containerReader reads a container front to back, hashing every byte
+// before the trailer. Segments are handed out as segmentReaders that must be
+// read in order; a segment nobody reads (one the store reuses) is skipped
+// over when a later one is read, or by finish.
+type containerReader struct {
+	r        *bufio.Reader
+	sum      *xxhash.Digest
+	sizes    []int64
+	cur      int   // the segment being read
+	left     int64 // its bytes not yet read
+	started  bool
+	lastRead int // the last segment ReplaceAll reads; -1 for none
+	finished bool
+}
+
+func (c *containerReader) read(p []byte) error {
+	if _, err := io.ReadFull(c.r, p); err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("%w: cut short", ErrBadSnapshot)
+		}
+		return err
+	}
+	c.sum.Write(p)
+	return nil
+}
+
+// seek moves to the start of segment i, skipping what lies before it.
+func (c *containerReader) seek(i int) error {
+	if !c.started {
+		c.started, c.cur, c.left = true, 0, c.sizes[0]
+	}
+	if i < c.cur {
+		return fmt.Errorf("raftfsm: segment %d read after segment %d", i, c.cur)
+	}
+	for c.cur < i {
+		if err := c.skip(c.left); err != nil {
+			return err
+		}
+		c.cur++
+		c.left = c.sizes[c.cur]
+	}
+	return nil
+}
+
+func (c *containerReader) skip(n int64) error {
+	m, err := io.CopyN(c.sum, c.r, n)
+	if err != nil && m < n {
+		if errors.Is(err, io.EOF) {
+			return fmt.Errorf("%w: cut short", ErrBadSnapshot)
+		}
+		return err
+	}
+	return nil
+}
+
+// finish skips the segments not read, checks the trailer and that nothing
+// follows it.
+func (c *containerReader) finish() error {
+	if len(c.sizes) > 0 {
+		if err := c.seek(len(c.sizes) - 1); err != nil {
+			return err
+		}
+		if err := c.skip(c.left); err != nil {
+			return err
+		}
+		c.left = 0
+	}
+	want := c.sum.Sum64()
+	var tr [8]byte
+	if _, err := io.ReadFull(c.r, tr[:]); err != nil {
+		return fmt.Errorf("%w: trailer missing", ErrBadSnapshot)
+	}
+	if got := binary.LittleEndian.Uint64(tr[:]); got != want {
+		return fmt.Errorf("%w: trailer checksum %016x, computed %016x", ErrBadSnapshot, got, want)
+	}
+	if n, _ := io.CopyN(io.Discard, c.r, 1); n != 0 {
+		return fmt.Errorf("%w: bytes after the trailer", ErrBadSnapshot)
+	}
+	c.finished = true
+	return nil
+}
+
+type segmentReader struct {
+	c *containerReader
+	i int
+}
+
+// Read reads segment i's bytes. The read that would deliver the last bytes
+// of the last segment ReplaceAll reads first checks the rest of the
+// container, and fails instead if it is damaged: ReplaceAll then changes
+// nothing.
+func (s *segmentReader) Read(p []byte) (int, error) {
+	c := s.c
+	if err := c.seek(s.i); err != nil {
+		return 0, err
+	}
+	if c.cur != s.i || c.left == 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > c.left {
+		p = p[:c.left]
+	}
+	n, err := c.r.Read(p)
+	c.sum.Write(p[:n])
+	c.left -= int64(n)
+	if errors.Is(err, io.EOF) && c.left > 0 {
+		return n, fmt.Errorf("%w: cut short in segment %d", ErrBadSnapshot, s.i)
+	}
+	if err == nil && c.left == 0 && s.i == c.lastRead {
+		// Withhold the last bytes on a damaged container: a reader that
+		// has all the bytes it wanted may drop an error that comes with
+		// them (io.ReadFull does), but not a stream that ends short.
+		if ferr := c.finish(); ferr != nil {
+			return 0, ferr
+		}
+	}
+	return n, err
+}
