@@ -260,6 +260,11 @@ func (s *Store) completeSeal(t *tail, liveID uint64) (*sealed, error) {
 func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, install func()) error {
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
+	return s.commitSegmentsLocked(add, remove, liveID, install)
+}
+
+// commitSegmentsLocked is commitSegments with commitMu held.
+func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint64, install func()) error {
 	covered := s.coveredByRanges(add, remove)
 	remove = append(slices.Clone(remove), covered...)
 	metas := make([]manifestlog.SegmentMeta, len(add))

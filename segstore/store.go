@@ -598,9 +598,11 @@ func (s *Store) Delete(key []byte) error {
 
 // DeleteRange deletes every key k with start <= k < end (end exclusive, as
 // in Pebble) with one record, whatever the number of keys: see
-// Batch.DeleteRange. Once it is in a sealed segment, sealed segments that
-// hold only keys it deletes are dropped whole at the manifest commit that
-// made it durable in its segment (or at a later merge's).
+// Batch.DeleteRange. Sealed segments that hold only keys it deletes are
+// dropped whole, files and all: under SyncAlways before it returns, with
+// one manifest commit once the record is durable; otherwise at the commit
+// of the seal that makes it durable in a segment (or at a later merge's).
+// The same holds for the range deletions of a batch given to Apply.
 func (s *Store) DeleteRange(start, end []byte) error {
 	b := s.NewBatch()
 	if err := b.DeleteRange(start, end); err != nil {
@@ -628,6 +630,18 @@ func (s *Store) Apply(b *Batch) error {
 		return nil
 	}
 	req := &wal.Request{Payload: b.buf, Sync: s.opts.Sync == SyncAlways, Data: b}
+	// Range tombstones under SyncAlways drop the sealed segments they
+	// cover as soon as they are durable (see rangedrop.go); the boundary
+	// is read before the batch is written.
+	var dropSpans []rangedel.Span
+	var boundary uint64
+	if req.Sync {
+		if spans := b.rangeSpans(); spans != nil {
+			if bd, any := s.orderBoundary(); any {
+				dropSpans, boundary = spans, bd
+			}
+		}
+	}
 	if !s.writeMu.TryRLock() {
 		// A seal is switching live files: count the wait so that stalls show
 		// in Metrics.
@@ -662,6 +676,9 @@ func (s *Store) Apply(b *Batch) error {
 	s.stats.writes.Add(1)
 	if end >= s.opts.SegmentSize {
 		s.bg.requestSeal()
+	}
+	if dropSpans != nil {
+		s.dropCovered(dropSpans, boundary)
 	}
 	return nil
 }

@@ -331,3 +331,48 @@ func FuzzDecodeEntry(f *testing.F) {
 		}
 	})
 }
+
+// Truncating the head frees the segment files it covers before DeleteRange
+// returns (the durable default), and the log reads the same after a reopen.
+func TestHeadTruncationFreesFiles(t *testing.T) {
+	mem := vfs.NewMem()
+	open := func() *Store {
+		s, err := Open("/raft", &Options{FS: mem, SegmentSize: 16 << 10})
+		require.NoError(t, err)
+		return s
+	}
+	s := open()
+	for lo := uint64(1); lo <= 20000; lo += 500 {
+		require.NoError(t, s.StoreLogs(entries(lo, lo+499, 1)))
+	}
+	segments := func() int { return len(s.logs.Segments()) }
+	files := func() (n int) {
+		names, err := mem.List("/raft/log")
+		require.NoError(t, err)
+		for _, name := range names {
+			if len(name) > 4 && (name[len(name)-4:] == ".log" || name[len(name)-4:] == ".seg") {
+				n++
+			}
+		}
+		return n
+	}
+	before, beforeFiles := segments(), files()
+	require.Greater(t, before, 4)
+	require.NoError(t, s.DeleteRange(1, 19000))
+	requireBounds(t, s, 19001, 20000)
+	after := segments()
+	require.Less(t, after, 3, "segments left after truncating 95%% of %d", before)
+	require.Equal(t, beforeFiles-(before-after), files(), "the dropped segments' files are gone")
+	// A second truncation (raft's next snapshot) covers the first one's
+	// tombstone too.
+	require.NoError(t, s.StoreLogs(entries(20001, 21000, 1)))
+	require.NoError(t, s.DeleteRange(19001, 20500))
+	requireBounds(t, s, 20501, 21000)
+	requireMissing(t, s, 20500)
+	requireLog(t, s, entry(20501, 1))
+	require.NoError(t, s.Close())
+	s = open()
+	defer s.Close()
+	requireBounds(t, s, 20501, 21000)
+	requireLog(t, s, entry(21000, 1))
+}
