@@ -60,6 +60,16 @@ type replacePart struct {
 // runs until the call returns. docs/DESIGN.md, "Replace-all import", has
 // the barriers.
 func (s *Store) ReplaceAll(ctx context.Context, segs []ReplaceSegment) ([]SegmentInfo, error) {
+	return s.ReplaceAllChecked(ctx, segs, nil)
+}
+
+// ReplaceAllChecked is ReplaceAll with a last check: once every stream the
+// call reads has been copied and validated (which streams those are is
+// decided under the lock that keeps merges out, so a caller cannot know it
+// beforehand), and before the commit, check (if not nil) is called; an
+// error from it fails the call and nothing changes. A caller whose streams
+// are parts of one container uses it to verify the rest of the container.
+func (s *Store) ReplaceAllChecked(ctx context.Context, segs []ReplaceSegment, check func() error) ([]SegmentInfo, error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
@@ -133,6 +143,12 @@ func (s *Store) ReplaceAll(ctx context.Context, segs []ReplaceSegment) ([]Segmen
 		if err := s.fs.SyncDir(s.dir); err != nil {
 			cleanup()
 			return nil, fmt.Errorf("segkv: replace: sync directory: %w", err)
+		}
+	}
+	if check != nil {
+		if err := check(); err != nil {
+			cleanup()
+			return nil, err
 		}
 	}
 	out, maybeCommitted, err := s.commitReplace(ctx, parts)

@@ -268,9 +268,20 @@ func (f *FSM) Restore(rc io.ReadCloser) error {
 	if f.err != nil {
 		return f.err
 	}
-	applied, err := restore(f.store, rc)
+	applied, committed, err := restore(f.store, rc)
+	if committed {
+		// The store holds the new state, whatever else went wrong: the
+		// applied index follows it.
+		f.applied = applied
+	}
 	if err != nil {
-		return fmt.Errorf("raftfsm: restore: %w", err)
+		err = fmt.Errorf("raftfsm: restore: %w", err)
+		if committed {
+			// Installed, but not the state raft asked for: stop rather
+			// than apply entries onto it.
+			f.err = fmt.Errorf("%w: %w", ErrStopped, err)
+		}
+		return err
 	}
 	f.applied = applied
 	return nil

@@ -297,7 +297,12 @@ func TestRestoreReusesLocalSegments(t *testing.T) {
 	f, err := Open("/a", &Options{Store: &segstore.Options{FS: counting, SegmentSize: 16 << 10, Merge: segstore.MergeOptions{Disable: true}}})
 	require.NoError(t, err)
 	defer f.Close()
-	fill(t, f, rng, 1, 200)
+	// Three sealed segments at least, whatever the background does.
+	idx := uint64(1)
+	for range 3 {
+		idx = fill(t, f, rng, idx, 70)
+		require.NoError(t, f.Store().Seal())
+	}
 	want := contents(t, f.Store())
 	data := persist(t, f)
 	ids := func() (out []uint64) {

@@ -26,10 +26,11 @@ import (
 //	data         each segment's export (its data file), in table order
 //	trailer      uint64   xxhash64 of every byte before it
 //
-// The table comes first so that Restore knows, before any data, which
-// segments it already holds. Each segment is also verified against its
-// digest as it is imported; the trailer catches a container cut short or
-// damaged in a part Restore skips.
+// The table comes first so that the store can tell, before any data, which
+// segments it already holds. Each segment it copies is verified against its
+// digest as it is imported; the trailer, checked after the copies and before
+// the commit (ReplaceAllChecked), catches a container cut short or damaged
+// in a part the store skips.
 const (
 	containerMagic   = "segkvfsm"
 	containerVersion = 1
@@ -97,75 +98,67 @@ func writeContainer(w io.Writer, sn *segstore.Snapshot, segs []segstore.SegmentI
 
 // restore reads a container from r and installs it with ReplaceAll; it
 // returns the store's applied index afterwards.
-func restore(st *segstore.Store, r io.Reader) (uint64, error) {
+//
+// committed reports whether the store's state was replaced (then applied
+// is the store's applied index, even when err is not nil).
+func restore(st *segstore.Store, r io.Reader) (applied uint64, committed bool, _ error) {
 	c := &containerReader{r: bufio.NewReaderSize(r, 1<<20), sum: xxhash.New()}
 	fixed := make([]byte, containerFixed)
 	if err := c.read(fixed); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if string(fixed[:8]) != containerMagic {
-		return 0, fmt.Errorf("%w: not a segkv FSM snapshot (magic %q)", ErrBadSnapshot, fixed[:8])
+		return 0, false, fmt.Errorf("%w: not a segkv FSM snapshot (magic %q)", ErrBadSnapshot, fixed[:8])
 	}
 	if v := binary.LittleEndian.Uint32(fixed[8:]); v != containerVersion {
-		return 0, fmt.Errorf("%w: container version %d (this build reads %d)", ErrBadSnapshot, v, containerVersion)
+		return 0, false, fmt.Errorf("%w: container version %d (this build reads %d)", ErrBadSnapshot, v, containerVersion)
 	}
-	applied := binary.LittleEndian.Uint64(fixed[12:])
+	applied = binary.LittleEndian.Uint64(fixed[12:])
 	count := binary.LittleEndian.Uint32(fixed[20:])
 	if count > maxContainerSegments {
-		return 0, fmt.Errorf("%w: %d segments", ErrBadSnapshot, count)
+		return 0, false, fmt.Errorf("%w: %d segments", ErrBadSnapshot, count)
 	}
 	table := make([]byte, 16*int(count)+8)
 	if err := c.read(table); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	hdrSum := xxhash.New()
 	hdrSum.Write(fixed)
 	hdrSum.Write(table[:len(table)-8])
 	if got := binary.LittleEndian.Uint64(table[len(table)-8:]); got != hdrSum.Sum64() {
-		return 0, fmt.Errorf("%w: header checksum %016x, computed %016x", ErrBadSnapshot, got, hdrSum.Sum64())
+		return 0, false, fmt.Errorf("%w: header checksum %016x, computed %016x", ErrBadSnapshot, got, hdrSum.Sum64())
 	}
 
-	local := map[[2]uint64]bool{}
-	for _, sg := range st.Segments() {
-		local[[2]uint64{sg.Digest, uint64(sg.Size)}] = true
+	if count == 0 && applied != 0 {
+		// An empty state holds no applied index.
+		return 0, false, fmt.Errorf("%w: no segments, applied index %d", ErrBadSnapshot, applied)
 	}
 	c.sizes = make([]int64, count)
 	segs := make([]segstore.ReplaceSegment, count)
-	c.lastRead = -1
 	for i := range segs {
 		digest := binary.LittleEndian.Uint64(table[16*i:])
 		size := binary.LittleEndian.Uint64(table[16*i+8:])
 		if size > 1<<62 {
-			return 0, fmt.Errorf("%w: segment %d of %d bytes", ErrBadSnapshot, i, size)
+			return 0, false, fmt.Errorf("%w: segment %d of %d bytes", ErrBadSnapshot, i, size)
 		}
 		c.sizes[i] = int64(size)
 		segs[i] = segstore.ReplaceSegment{Digest: digest, Size: int64(size), Data: &segmentReader{c: c, i: i}}
-		if !local[[2]uint64{digest, size}] {
-			c.lastRead = i
-		}
 	}
-	if c.lastRead < 0 {
-		// Nothing will be read: check the whole container first.
-		if err := c.finish(); err != nil {
-			return 0, err
-		}
-	}
-	if _, err := st.ReplaceAll(context.Background(), segs); err != nil {
-		return 0, err
-	}
-	if !c.finished {
-		// ReplaceAll verified and installed every segment it copied, but
-		// did not read the last one to its end: it would have failed.
-		return 0, fmt.Errorf("%w: the store installed the snapshot without reading all of it", ErrBadSnapshot)
+	// Which segments the store copies (and so reads) is decided inside
+	// ReplaceAll, under the lock that keeps merges out; the rest of the
+	// container is verified there too, after the last copy and before the
+	// commit.
+	if _, err := st.ReplaceAllChecked(context.Background(), segs, c.finish); err != nil {
+		return 0, false, err
 	}
 	got, err := readApplied(st)
 	if err != nil {
-		return 0, err
+		return 0, true, err
 	}
 	if got != applied {
-		return got, fmt.Errorf("%w: the container says applied index %d, its segments hold %d", ErrBadSnapshot, applied, got)
+		return got, true, fmt.Errorf("%w: the container says applied index %d, its segments hold %d", ErrBadSnapshot, applied, got)
 	}
-	return got, nil
+	return got, true, nil
 }
 
 // containerReader reads a container front to back, hashing every byte
@@ -179,7 +172,6 @@ type containerReader struct {
 	cur      int   // the segment being read
 	left     int64 // its bytes not yet read
 	started  bool
-	lastRead int // the last segment ReplaceAll reads; -1 for none
 	finished bool
 }
 
@@ -255,10 +247,8 @@ type segmentReader struct {
 	i int
 }
 
-// Read reads segment i's bytes. The read that would deliver the last bytes
-// of the last segment ReplaceAll reads first checks the rest of the
-// container, and fails instead if it is damaged: ReplaceAll then changes
-// nothing.
+// Read reads segment i's bytes, skipping the segments before it that the
+// store did not read.
 func (s *segmentReader) Read(p []byte) (int, error) {
 	c := s.c
 	if err := c.seek(s.i); err != nil {
@@ -275,14 +265,6 @@ func (s *segmentReader) Read(p []byte) (int, error) {
 	c.left -= int64(n)
 	if errors.Is(err, io.EOF) && c.left > 0 {
 		return n, fmt.Errorf("%w: cut short in segment %d", ErrBadSnapshot, s.i)
-	}
-	if err == nil && c.left == 0 && s.i == c.lastRead {
-		// Withhold the last bytes on a damaged container: a reader that
-		// has all the bytes it wanted may drop an error that comes with
-		// them (io.ReadFull does), but not a stream that ends short.
-		if ferr := c.finish(); ferr != nil {
-			return 0, ferr
-		}
 	}
 	return n, err
 }

@@ -24,6 +24,7 @@ import (
 	"math"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -37,6 +38,12 @@ var ErrKeyNotFound = errors.New("not found")
 
 // ErrInvalidLog is returned by StoreLog and StoreLogs for a nil entry.
 var ErrInvalidLog = errors.New("raftstore: invalid log entry")
+
+// The codec stores AppendedAt as Unix nanoseconds in an int64.
+var (
+	minAppendedAt = time.Unix(0, math.MinInt64)
+	maxAppendedAt = time.Unix(0, math.MaxInt64)
+)
 
 // Default sizes.
 const (
@@ -249,6 +256,13 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	for i, l := range logs {
 		if l == nil {
 			return fmt.Errorf("%w: entry %d of the batch is nil", ErrInvalidLog, i)
+		}
+		if l.Index == 0 {
+			// raft's indexes start at 1, and 0 is the bounds' "empty".
+			return fmt.Errorf("%w: entry %d of the batch has index 0", ErrInvalidLog, i)
+		}
+		if t := l.AppendedAt; !t.IsZero() && (t.Before(minAppendedAt) || t.After(maxAppendedAt)) {
+			return fmt.Errorf("%w: entry %d: AppendedAt %v outside the codec's range", ErrInvalidLog, l.Index, t)
 		}
 		val = appendEntry(val[:0], l)
 		if err := b.Put(logKey(key[:0], l.Index), val); err != nil {
