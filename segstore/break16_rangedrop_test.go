@@ -167,7 +167,10 @@ func runRangeDropRace(t *testing.T, seed uint64, withReplace bool) {
 			gate.RUnlock()
 		}
 	}()
-	bg(func(rng *rand.Rand) error { time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond); return s.Seal() })
+	bg(func(rng *rand.Rand) error {
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Microsecond)
+		return s.Seal()
+	})
 	bg(func(rng *rand.Rand) error { return s.Compact(context.Background()) })
 	bg(func(rng *rand.Rand) error {
 		time.Sleep(time.Duration(rng.IntN(2000)) * time.Microsecond)
