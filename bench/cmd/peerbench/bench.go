@@ -9,14 +9,13 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"runtime/pprof"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/segkv/segkv/bench/internal/hostinfo"
 	"github.com/segkv/segkv/bench/peers"
 )
 
@@ -58,7 +57,7 @@ type result struct {
 type results struct {
 	Config  *config
 	Root    string
-	Machine machine
+	Machine hostinfo.Machine
 	Configs map[string][2]string // engine -> {durable, bulk} configuration
 	Rows    []result
 	// Scale holds the scale workload's figures, one row per figure, engine
@@ -107,7 +106,7 @@ func labelled(ctx context.Context, engine, workload string, f func(ctx context.C
 }
 
 func (b *bench) runAll(ctx context.Context) (*results, error) {
-	res := &results{Config: b.c, Root: b.root, Machine: probeMachine(b.root), Configs: map[string][2]string{}}
+	res := &results{Config: b.c, Root: b.root, Machine: hostinfo.Probe(b.root), Configs: map[string][2]string{}}
 	for _, name := range b.c.engines {
 		e := b.engine[name]
 		res.Configs[name] = [2]string{e.Config(peers.Durable), e.Config(peers.Bulk)}
@@ -127,7 +126,7 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 		}
 		res.Rows = append(res.Rows, rows...)
 	}
-	defer func() { res.Machine.LoadEnd = loadAvg() }()
+	defer func() { res.Machine.LoadEnd = hostinfo.LoadAvg() }()
 	needStore := slices.ContainsFunc([]string{"bulk", "reopen", "get1", "get2", "miss1", "miss2"}, want) ||
 		slices.ContainsFunc(sealedScans, func(s scanSpec) bool { return want(s.workload) })
 	if needStore {
@@ -503,43 +502,8 @@ func dirSize(dir string) (int64, error) {
 		if err != nil {
 			return err
 		}
-		total += diskUsage(info)
+		total += hostinfo.DiskUsage(info)
 		return nil
 	})
 	return total, err
-}
-
-// machine is what the report says about where it ran.
-type machine struct {
-	GoVersion string `json:"go_version"`
-	OS        string `json:"os"`
-	CPUs      int    `json:"cpus"`
-	FS        string `json:"fs"` // file system type and device of the run directory
-	// LoadStart and LoadEnd are /proc/loadavg at the start and end: the
-	// machine is shared, and a busy neighbour shows here first.
-	LoadStart string `json:"load_start"`
-	LoadEnd   string `json:"load_end,omitempty"`
-}
-
-func probeMachine(dir string) machine {
-	return machine{
-		GoVersion: runtime.Version(),
-		OS:        runtime.GOOS + "/" + runtime.GOARCH,
-		CPUs:      runtime.NumCPU(),
-		FS:        fsDescription(dir),
-		LoadStart: loadAvg(),
-	}
-}
-
-// loadAvg is the first three fields of /proc/loadavg, or "" where there is none.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
 }

@@ -75,6 +75,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/segkv/segkv/bench/internal/hostinfo"
 	"github.com/segkv/segkv/bench/peers"
 )
 
@@ -208,21 +209,11 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	return c, nil
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
-
 // parseWorkloads expands aliases and returns the workloads in canonical
 // running order, each once.
 func parseWorkloads(s string) ([]string, error) {
 	want := map[string]bool{}
-	for _, w := range splitList(s) {
+	for _, w := range hostinfo.SplitList(s) {
 		if exp, ok := aliases[w]; ok {
 			for _, x := range exp {
 				want[x] = true
@@ -248,7 +239,7 @@ func parseWorkloads(s string) ([]string, error) {
 
 func parseEngines(s string) ([]string, error) {
 	var out []string
-	for _, e := range splitList(s) {
+	for _, e := range hostinfo.SplitList(s) {
 		if _, err := peers.Lookup(e); err != nil {
 			return nil, err
 		}

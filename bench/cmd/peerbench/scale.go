@@ -20,6 +20,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/segkv/segkv/bench/internal/hostinfo"
 	"github.com/segkv/segkv/bench/peers"
 )
 
@@ -66,7 +67,7 @@ const (
 // them ascending, each once.
 func parseCounts(s string) ([]int, error) {
 	var out []int
-	for _, f := range splitList(s) {
+	for _, f := range hostinfo.SplitList(s) {
 		n, err := parseCount(f)
 		if err != nil {
 			return nil, err

@@ -10,9 +10,10 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
+
+	"github.com/segkv/segkv/bench/internal/hostinfo"
 
 	"github.com/hashicorp/raft"
 
@@ -85,7 +86,7 @@ type row struct {
 type results struct {
 	Config   *config
 	Root     string
-	Machine  machine
+	Machine  hostinfo.Machine
 	Start    time.Time
 	End      time.Time
 	Versions [][2]string // module, version
@@ -150,7 +151,7 @@ func (b *bench) dir(name, which string) string { return filepath.Join(b.root, na
 func (b *bench) add(r row) { b.res.Rows = append(b.res.Rows, r) }
 
 func (b *bench) runAll() (*results, error) {
-	b.res = &results{Config: b.c, Root: b.root, Machine: probeMachine(b.root), Start: time.Now(), Quantiles: map[curveKey][]float64{}}
+	b.res = &results{Config: b.c, Root: b.root, Machine: hostinfo.Probe(b.root), Start: time.Now(), Quantiles: map[curveKey][]float64{}}
 	for _, m := range versionModules {
 		b.res.Versions = append(b.res.Versions, [2]string{m, moduleVersion(m)})
 	}
@@ -195,7 +196,7 @@ func (b *bench) runAll() (*results, error) {
 		}
 	}
 	b.res.End = time.Now()
-	b.res.Machine.LoadEnd = loadAvg()
+	b.res.Machine.LoadEnd = hostinfo.LoadAvg()
 	return b.res, nil
 }
 
@@ -688,7 +689,7 @@ func dirUsage(dir string) (files map[string]int64, apparent int64, err error) {
 		if err != nil {
 			return err
 		}
-		files[path] = diskUsage(info)
+		files[path] = hostinfo.DiskUsage(info)
 		apparent += info.Size()
 		return nil
 	})
@@ -715,37 +716,3 @@ func percentile(sorted []time.Duration, p float64) time.Duration {
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-// machine is what the report says about where it ran.
-type machine struct {
-	GoVersion string `json:"go_version"`
-	OS        string `json:"os"`
-	CPUs      int    `json:"cpus"`
-	FS        string `json:"fs"` // file system type and device of the run directory
-	LoadStart string `json:"load_start"`
-	LoadEnd   string `json:"load_end,omitempty"`
-}
-
-func probeMachine(dir string) machine {
-	return machine{
-		GoVersion: runtime.Version(),
-		OS:        runtime.GOOS + "/" + runtime.GOARCH,
-		CPUs:      runtime.NumCPU(),
-		FS:        fsDescription(dir),
-		LoadStart: loadAvg(),
-	}
-}
-
-// loadAvg is the first three fields of /proc/loadavg, or "" where there is
-// none.
-func loadAvg() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(b))
-	if len(f) < 3 {
-		return ""
-	}
-	return strings.Join(f[:3], " ")
-}

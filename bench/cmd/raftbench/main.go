@@ -56,6 +56,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/segkv/segkv/bench/internal/hostinfo"
 	"github.com/segkv/segkv/internal/cliout"
 )
 
@@ -137,7 +138,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	case c.barriers < 0 || c.barriers > 50_000:
 		return nil, fmt.Errorf("-barriers must be in [0, 50000], got %d", c.barriers)
 	}
-	for _, f := range splitList(batches) {
+	for _, f := range hostinfo.SplitList(batches) {
 		b, err := strconv.Atoi(f)
 		if err != nil || b < 1 {
 			return nil, fmt.Errorf("-batches: %q is not a positive integer", f)
@@ -149,7 +150,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	if len(c.batches) == 0 {
 		return nil, errors.New("-batches is empty")
 	}
-	for _, name := range splitList(engineList) {
+	for _, name := range hostinfo.SplitList(engineList) {
 		if _, err := lookupEngine(name); err != nil {
 			return nil, err
 		}
@@ -161,16 +162,6 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, errors.New("-engines is empty")
 	}
 	return c, nil
-}
-
-func splitList(s string) []string {
-	var out []string
-	for _, f := range strings.Split(s, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			out = append(out, f)
-		}
-	}
-	return out
 }
 
 func contains[T comparable](xs []T, x T) bool {

@@ -1,4 +1,4 @@
-package main
+package hostinfo
 
 import (
 	"bufio"
@@ -10,9 +10,9 @@ import (
 	"syscall"
 )
 
-// fsDescription names the file system and device holding dir, e.g.
+// FSDescription names the file system and device holding dir, e.g.
 // "ext4 on /dev/vda (mounted at /)", so a report says what disk it measured.
-func fsDescription(dir string) string {
+func FSDescription(dir string) string {
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return "unknown: " + err.Error()
@@ -43,8 +43,8 @@ func fsDescription(dir string) string {
 	return desc
 }
 
-// diskUsage is the bytes a file occupies on disk.
-func diskUsage(info fs.FileInfo) int64 {
+// DiskUsage is the bytes a file occupies on disk.
+func DiskUsage(info fs.FileInfo) int64 {
 	if st, ok := info.Sys().(*syscall.Stat_t); ok {
 		return st.Blocks * 512
 	}
