@@ -210,15 +210,7 @@ func (s *Store) replaceCopy(ctx context.Context, i int, rs ReplaceSegment) (*sea
 	sr := &sizedReader{r: rs.Data, left: rs.Size, size: rs.Size, name: fmt.Sprintf("replace stream %d", i)}
 	sg, err := s.importOne(ctx, sr)
 	if err != nil {
-		if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, ErrFailed) {
-			err = cerr
-		}
-		var ce *corruption.Error
-		off := int64(-1)
-		if errors.As(err, &ce) {
-			off = ce.Offset
-		}
-		return nil, &ImportError{Stream: i, Offset: off, Err: err}
+		return nil, importError(ctx, i, err)
 	}
 	if sg.meta.DataLength != rs.Size || sg.meta.DataDigest != rs.Digest {
 		err := corruption.New(sr.name, -1, "the stream holds %d bytes with digest %016x, the segment claimed is %d bytes with digest %016x",

@@ -126,6 +126,21 @@ func (s *Store) exportSegment(ctx context.Context, sg *sealed, w io.Writer, stop
 	return n, nil
 }
 
+// importError wraps the error that made stream i fail: the context's own
+// error when it was cancelled (unless the store failed meanwhile), with the
+// offset of the damage when there is one.
+func importError(ctx context.Context, i int, err error) *ImportError {
+	if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, ErrFailed) {
+		err = cerr
+	}
+	var ce *corruption.Error
+	off := int64(-1)
+	if errors.As(err, &ce) {
+		off = ce.Offset
+	}
+	return &ImportError{Stream: i, Offset: off, Err: err}
+}
+
 // ImportError names the stream of a batch that made Import refuse it.
 type ImportError struct {
 	Stream int   // index of the stream in the Import call
@@ -185,15 +200,7 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 		sg, err := s.importOne(ctx, r)
 		if err != nil {
 			cleanup()
-			if cerr := ctxErr(ctx); cerr != nil && !errors.Is(err, ErrFailed) {
-				err = cerr
-			}
-			var ce *corruption.Error
-			off := int64(-1)
-			if errors.As(err, &ce) {
-				off = ce.Offset
-			}
-			return nil, &ImportError{Stream: i, Offset: off, Err: err}
+			return nil, importError(ctx, i, err)
 		}
 		if batch[sg.meta.DataDigest] {
 			removeFiles(sg)
