@@ -70,18 +70,10 @@ func (s *Store) dropCovered(spans []rangedel.Span, boundary uint64) {
 	set := rangedel.Union(spans...)
 	s.commitMu.Lock()
 	defer s.commitMu.Unlock()
-	var covered []uint64
+	// merging (the inputs of a merge step, or the segments a ReplaceAll
+	// keeps) is left out: their commit decides their fate.
 	s.mu.RLock()
-	for _, sg := range s.mu.segs {
-		// merging: the inputs of a merge step, or the segments a
-		// ReplaceAll keeps; their commit decides their fate.
-		if sg.meta.Order > boundary || s.merging[sg.meta.ID] {
-			continue
-		}
-		if sp, ok := segmentSpan(sg); ok && set.ContainsSpan(sp) {
-			covered = append(covered, sg.meta.ID)
-		}
-	}
+	covered := s.appendCoveredLocked(nil, set, boundary, nil)
 	s.mu.RUnlock()
 	if len(covered) == 0 {
 		return

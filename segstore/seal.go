@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"path/filepath"
 	"slices"
 
@@ -328,20 +329,31 @@ func (s *Store) coveredByRanges(add []*sealed, remove []uint64) []uint64 {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, a := range add {
-		ranges := a.index().Ranges()
-		if ranges.Len() == 0 {
+		// Order 0 means "the newest, assigned at commit": everything
+		// installed is older.
+		maxOrder := uint64(math.MaxUint64)
+		if a.meta.Order != 0 {
+			maxOrder = a.meta.Order - 1
+		}
+		out = s.appendCoveredLocked(out, a.index().Ranges(), maxOrder, remove)
+	}
+	return out
+}
+
+// appendCoveredLocked appends to out the installed segments with an Order
+// at most maxOrder that ranges covers whole (segmentSpan), leaving out
+// those already in skip or out and those claimed in merging. commitMu and
+// mu held.
+func (s *Store) appendCoveredLocked(out []uint64, ranges *rangedel.Set, maxOrder uint64, skip []uint64) []uint64 {
+	if ranges.Len() == 0 {
+		return out
+	}
+	for _, sg := range s.mu.segs {
+		if sg.meta.Order > maxOrder || containsID(skip, sg.meta.ID) || containsID(out, sg.meta.ID) || s.merging[sg.meta.ID] {
 			continue
 		}
-		for _, sg := range s.mu.segs {
-			// Order 0 means "the newest, assigned at commit": everything
-			// installed is older.
-			older := a.meta.Order == 0 || sg.meta.Order < a.meta.Order
-			if !older || containsID(remove, sg.meta.ID) || containsID(out, sg.meta.ID) || s.merging[sg.meta.ID] {
-				continue
-			}
-			if sp, ok := segmentSpan(sg); ok && ranges.ContainsSpan(sp) {
-				out = append(out, sg.meta.ID)
-			}
+		if sp, ok := segmentSpan(sg); ok && ranges.ContainsSpan(sp) {
+			out = append(out, sg.meta.ID)
 		}
 	}
 	return out
