@@ -166,13 +166,12 @@ func restore(st *segstore.Store, r io.Reader) (applied uint64, committed bool, _
 // read in order; a segment nobody reads (one the store reuses) is skipped
 // over when a later one is read, or by finish.
 type containerReader struct {
-	r        *bufio.Reader
-	sum      *xxhash.Digest
-	sizes    []int64
-	cur      int   // the segment being read
-	left     int64 // its bytes not yet read
-	started  bool
-	finished bool
+	r       *bufio.Reader
+	sum     *xxhash.Digest
+	sizes   []int64
+	cur     int   // the segment being read
+	left    int64 // its bytes not yet read
+	started bool
 }
 
 func (c *containerReader) read(p []byte) error {
@@ -238,7 +237,6 @@ func (c *containerReader) finish() error {
 	if n, _ := io.CopyN(io.Discard, c.r, 1); n != 0 {
 		return fmt.Errorf("%w: bytes after the trailer", ErrBadSnapshot)
 	}
-	c.finished = true
 	return nil
 }
 

@@ -140,11 +140,16 @@ func (s *Store) Close() error {
 	return errors.Join(s.logs.Close(), s.stable.Close())
 }
 
-// bounds finds the smallest and largest index stored.
-func (s *Store) bounds() (first, last uint64, err error) {
-	it, err := s.logs.NewIterator(&segstore.IterOptions{
+// logIterator iterates the log's keys.
+func (s *Store) logIterator() (*segstore.Iterator, error) {
+	return s.logs.NewIterator(&segstore.IterOptions{
 		LowerBound: []byte{logKeyPrefix}, UpperBound: []byte{logKeyPrefix + 1},
 	})
+}
+
+// bounds finds the smallest and largest index stored.
+func (s *Store) bounds() (first, last uint64, err error) {
+	it, err := s.logIterator()
 	if err != nil {
 		return 0, 0, fmt.Errorf("raftstore: find log bounds: %w", err)
 	}
@@ -165,28 +170,28 @@ func (s *Store) bounds() (first, last uint64, err error) {
 }
 
 // seekIndex returns the smallest stored index >= from (forward) or the
-// largest < from (backward); ok is false when there is none.
-func (s *Store) seekIndex(from uint64, forward bool) (idx uint64, ok bool, err error) {
-	it, err := s.logs.NewIterator(&segstore.IterOptions{
-		LowerBound: []byte{logKeyPrefix}, UpperBound: []byte{logKeyPrefix + 1},
-	})
+// largest < from (backward). The cached bounds say one exists: finding
+// none is an error, which makes the caller read the bounds again.
+func (s *Store) seekIndex(from uint64, forward bool) (uint64, error) {
+	it, err := s.logIterator()
 	if err != nil {
-		return 0, false, err
+		return 0, err
 	}
 	defer it.Close()
 	k := logKey(nil, from)
+	var ok bool
 	if forward {
 		ok = it.Seek(k)
 	} else {
 		ok = it.SeekLT(k)
 	}
-	if ok {
-		idx, err = keyIndex(it.Key())
+	if !ok {
+		if err := it.Err(); err != nil {
+			return 0, err
+		}
+		return 0, fmt.Errorf("raftstore: no log entry beside index %d", from)
 	}
-	if err == nil {
-		err = it.Err()
-	}
-	return idx, ok && err == nil, err
+	return keyIndex(it.Key())
 }
 
 func keyIndex(k []byte) (uint64, error) {
@@ -313,9 +318,9 @@ func (s *Store) DeleteRange(min, max uint64) error {
 	case min <= first && max >= last:
 		first, last = 0, 0
 	case min <= first:
-		first, _, err = s.seekIndex(max+1, true)
+		first, err = s.seekIndex(max+1, true)
 	case max >= last:
-		last, _, err = s.seekIndex(min, false)
+		last, err = s.seekIndex(min, false)
 	}
 	if err != nil {
 		// The deletion is durable but the new bound is unknown: read both
