@@ -8,7 +8,7 @@
 //
 // Subcommands:
 //
-//	seal    seal a one-record tail repeatedly; new protocol vs the legacy one
+//	seal    seal a one-record tail repeatedly: segkv beside the rewrite protocol it replaces
 //	fsync   device probe: what one barrier costs here
 //	import  export N segments and import them in one call vs N calls
 //	put     put throughput and latency with W writers
@@ -58,7 +58,7 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"seal":   {"seal a one-record tail repeatedly: the new protocol beside the legacy one", runSeal},
+		"seal":   {"seal a one-record tail repeatedly: segkv beside the rewrite protocol it replaces", runSeal},
 		"fsync":  {"device probe: median and p99 of fdatasync, fsync, directory fsync, rename", runFsync},
 		"import": {"export N sealed segments, import them in one call and in N calls", runImport},
 		"put":    {"put throughput and latency percentiles with W writers", runPut},
@@ -87,6 +87,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	e := &env{stdout: stdout, stderr: stderr}
 	if f, ok := stderr.(*os.File); ok {
 		e.tty = cliout.IsTerminal(f)
+	}
+	if len(args) > 0 && isHelp(args[0]) {
+		// segbench -h: the subcommands, not the default subcommand's flags.
+		printUsage(stdout)
+		return exitOK
 	}
 	name := "seal"
 	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
@@ -117,8 +122,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// isHelp says whether arg asks for help the way the flag package would.
+func isHelp(arg string) bool {
+	switch arg {
+	case "-h", "-help", "--help", "--h":
+		return true
+	}
+	return false
+}
+
 func printUsage(w io.Writer) {
-	fmt.Fprintln(w, "usage: segbench [subcommand] [flags]   (no subcommand: seal -protocol both)")
+	fmt.Fprintln(w, "segbench measures what durability costs segkv on this disk.")
+	fmt.Fprintln(w, "\nusage: segbench [subcommand] [flags]   (no subcommand: seal, what `make bench` runs)")
 	fmt.Fprintln(w, "\nsubcommands:")
 	cmds := commands()
 	names := make([]string, 0, len(cmds))
@@ -129,5 +144,6 @@ func printUsage(w io.Writer) {
 	for _, n := range names {
 		fmt.Fprintf(w, "  %-7s %s\n", n, cmds[n].summary)
 	}
-	fmt.Fprintln(w, "\nsegbench <subcommand> -h lists its flags.")
+	fmt.Fprintln(w, "\nsegbench <subcommand> -h lists its flags. Every subcommand works in a temporary")
+	fmt.Fprintln(w, "directory under -dir (default: the system temp dir) on the real disk, and removes it.")
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -108,7 +109,7 @@ func TestSealLegacyJSONOnDisk(t *testing.T) {
 	require.Len(t, rows, 2)
 	for i, r := range rows {
 		require.Equal(t, sealKeys, keys(r))
-		require.Equal(t, "legacy", r["protocol"])
+		require.Equal(t, "rewrite", r["protocol"])
 		require.EqualValues(t, 3*(i+1), r["segments"])
 		require.EqualValues(t, 6, r["fsyncs_per_seal"])
 		require.EqualValues(t, 3, r["dirsyncs_per_seal"])
@@ -139,7 +140,7 @@ func TestSealBothJSON(t *testing.T) {
 	require.NotContains(t, errOut, "warning")
 	rows := jsonRows(t, out)
 	require.Len(t, rows, 5)
-	for i, want := range []string{"legacy", "new", "legacy", "new"} {
+	for i, want := range []string{"rewrite", "segkv", "rewrite", "segkv"} {
 		require.Equal(t, sealKeys, keys(rows[i]))
 		require.Equal(t, want, rows[i]["protocol"])
 		require.EqualValues(t, 4*(i/2+1), rows[i]["segments"])
@@ -159,12 +160,38 @@ func TestSealBothJSON(t *testing.T) {
 	require.GreaterOrEqual(t, ratio["fsyncs_per_seal"].(float64), 3.0)
 }
 
+// The default table is narrow, names its units and the median, and
+// explains each column; -wide has every column and no legend.
 func TestSealTable(t *testing.T) {
-	code, out, errOut := runCmd(t, "seal", "-protocol", "legacy", "-segments", "2", "-step", "1", "-fs", "mem")
+	code, out, errOut := runCmd(t, "seal", "-protocol", "rewrite", "-segments", "2", "-step", "1", "-fs", "mem")
 	require.Equal(t, exitOK, code, errOut)
 	require.Contains(t, out, "# segbench seal")
-	require.Contains(t, out, "us/seal")
-	require.Equal(t, 1+1+2+1, strings.Count(out, "\n"), out)
+	require.Contains(t, out, "median us/seal")
+	require.NotContains(t, out, "bg dirsyncs/seal")
+	lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
+	require.Equal(t, 1+1+2+len(sealLegend), len(lines), out)
+	for _, l := range lines {
+		require.LessOrEqual(t, len(l), 110, "a line wider than a terminal: %q", l)
+	}
+	for _, col := range (sealNarrowRow{}).Header() {
+		require.Regexp(t, `(?m)^# (.*, )?`+regexp.QuoteMeta(col)+`(, .*)?:`, out, "column %q has no legend line", col)
+	}
+
+	code, out, errOut = runCmd(t, "seal", "-protocol", "legacy", "-segments", "2", "-step", "1", "-fs", "mem", "-wide")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "bg dirsyncs/seal")
+	require.NotContains(t, out, "# fsyncs/seal:")
+}
+
+// segbench -h lists the subcommands, not the default subcommand's flags.
+func TestTopLevelHelpListsSubcommands(t *testing.T) {
+	for _, arg := range []string{"-h", "--help", "help"} {
+		code, out, _ := runCmd(t, arg)
+		require.Equal(t, exitOK, code, arg)
+		for name := range commands() {
+			require.Contains(t, out, "  "+name+" ", arg)
+		}
+	}
 }
 
 func TestFsyncJSON(t *testing.T) {
@@ -277,7 +304,7 @@ func TestNoSubcommandIsSeal(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	rows := jsonRows(t, out)
 	require.Len(t, rows, 2)
-	require.Equal(t, "legacy", rows[0]["protocol"])
+	require.Equal(t, "rewrite", rows[0]["protocol"])
 	// Progress is for terminals only: a buffer gets none.
 	require.Empty(t, errOut)
 }
@@ -319,9 +346,9 @@ func TestSealOpsBreakdown(t *testing.T) {
 	for _, r := range ops {
 		calls[r["breakdown"].(string)+" "+r["op"].(string)] = r["calls_per_seal"].(float64)
 	}
-	require.EqualValues(t, 3, calls["legacy rename"])
-	require.EqualValues(t, 3, calls["legacy syncdir"])
-	require.EqualValues(t, 3, calls["legacy sync (fdatasync)"])
-	require.EqualValues(t, 2, calls["new sync (fdatasync)"])
-	require.EqualValues(t, 1, calls["new seal (wall)"])
+	require.EqualValues(t, 3, calls["rewrite rename"])
+	require.EqualValues(t, 3, calls["rewrite syncdir"])
+	require.EqualValues(t, 3, calls["rewrite sync (fdatasync)"])
+	require.EqualValues(t, 2, calls["segkv sync (fdatasync)"])
+	require.EqualValues(t, 1, calls["segkv seal (wall)"])
 }

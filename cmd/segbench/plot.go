@@ -25,7 +25,7 @@ func runPlot(_ context.Context, e *env, args []string) error {
 	fs := newFlagSet("plot", e)
 	in := fs.String("in", "-", "JSON rows of `segbench seal -json` (- for stdin)")
 	out := fs.String("out", "-", "SVG file to write (- for stdout)")
-	title := fs.String("title", "segkv: sealing a one-record tail, new protocol vs legacy", "title of the figure")
+	title := fs.String("title", "segkv: sealing a one-record tail, segkv vs the rewrite protocol it replaces", "title of the figure")
 	if err := parseFlags(fs, args); err != nil {
 		return err
 	}
@@ -53,7 +53,7 @@ func runPlot(_ context.Context, e *env, args []string) error {
 	return nil
 }
 
-// readSeries collects the legacy and new rows of seal -json output, by
+// readSeries collects the rewrite and segkv rows of seal -json output, by
 // protocol and in segment order. Other rows (the ratio) are skipped.
 func readSeries(r io.Reader) (map[string][]plotPoint, error) {
 	series := map[string][]plotPoint{}
@@ -70,15 +70,15 @@ func readSeries(r io.Reader) (map[string][]plotPoint, error) {
 		if err := json.Unmarshal([]byte(text), &p); err != nil {
 			return nil, fmt.Errorf("line %d: %w", line, err)
 		}
-		if p.Protocol == "legacy" || p.Protocol == "new" {
-			series[p.Protocol] = append(series[p.Protocol], p)
+		if name, ok := protocolName(p.Protocol); ok {
+			series[name] = append(series[name], p)
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, fmt.Errorf("read input: %w", err)
 	}
 	if len(series) == 0 {
-		return nil, fmt.Errorf("no seal rows (protocol legacy or new) in the input")
+		return nil, fmt.Errorf("no seal rows (protocol segkv or rewrite) in the input")
 	}
 	for _, pts := range series {
 		slices.SortStableFunc(pts, func(a, b plotPoint) int { return a.Segments - b.Segments })
@@ -86,7 +86,7 @@ func readSeries(r io.Reader) (map[string][]plotPoint, error) {
 	return series, nil
 }
 
-var plotColors = map[string]string{"legacy": "#c0392b", "new": "#1f77b4"}
+var plotColors = map[string]string{protoRewrite: "#c0392b", protoSegkv: "#1f77b4"}
 
 // renderSVG draws two panels sharing the x axis (segments): microseconds
 // per seal, and manifest bytes written per seal. Hand-written SVG: no
@@ -105,7 +105,7 @@ func renderSVG(title string, series map[string][]plotPoint) string {
 		height  = top + 2*panelH + gap + bottom - 40
 		fontCSS = "font-family:Helvetica,Arial,sans-serif"
 	)
-	protos := []string{"legacy", "new"}
+	protos := []string{protoRewrite, protoSegkv}
 	var maxX float64
 	for _, pts := range series {
 		for _, p := range pts {

@@ -14,7 +14,7 @@ import (
 
 // Defaults of the seal subcommand: what `make bench` runs. Sized so that
 // both protocols together finish well under a minute on this machine's
-// virtual disk (the legacy protocol pays six fsyncs per seal).
+// virtual disk (the rewrite protocol pays six fsyncs per seal).
 const (
 	defaultSealSegments = 1000
 	defaultSealStep     = 250
@@ -22,6 +22,28 @@ const (
 	// takes a turn, so that drift of the disk hits both alike.
 	sealChunk = 25
 )
+
+// The two seal protocols, by the names the output uses.
+const (
+	// protoSegkv is the store itself.
+	protoSegkv = "segkv"
+	// protoRewrite is the reference design segkv replaces: every file of a
+	// seal written to a temporary name, fsynced, renamed and its directory
+	// fsynced, the manifest rewritten whole (cmd/segbench/internal/legacy).
+	protoRewrite = "rewrite"
+)
+
+// protocolName maps a -protocol value (or a protocol field of older JSON
+// output, which said "new" and "legacy") to the current name.
+func protocolName(s string) (string, bool) {
+	switch s {
+	case protoSegkv, "new":
+		return protoSegkv, true
+	case protoRewrite, "legacy":
+		return protoRewrite, true
+	}
+	return "", false
+}
 
 // sealRow is one step of one protocol.
 type sealRow struct {
@@ -55,6 +77,31 @@ type sealRow struct {
 	ManifestBytesWrittenPerSeal float64 `json:"manifest_bytes_written_per_seal"`
 }
 
+// sealNarrowRow is the default table's view of a sealRow: the columns a
+// first-time reader needs, each explained by sealLegend. -wide (and -json)
+// print everything.
+type sealNarrowRow struct{ sealRow }
+
+func (sealNarrowRow) Header() []string {
+	return []string{"protocol", "segments", "median us/seal", "p99 us/seal", "fsyncs/seal", "manifest bytes/seal"}
+}
+
+func (r sealNarrowRow) Cells() []string {
+	return []string{r.Protocol, itoa(r.Segments), ftoa(r.USPerSeal, 0), ftoa(r.USP99, 0), ftoa(r.FsyncsPerSeal, 2),
+		ftoa(r.ManifestBytesWrittenPerSeal, 0)}
+}
+
+// sealLegend explains the default table, one line per column.
+var sealLegend = []string{
+	"protocol: segkv = this store's seal; rewrite = the reference design it replaces (each file written to a",
+	"  temporary name, fsynced, renamed, directory fsynced; the whole manifest rewritten on every seal)",
+	"segments: segments sealed so far; each row covers the seals since the previous row",
+	"median us/seal, p99 us/seal: wall time of one Seal call, in microseconds",
+	"fsyncs/seal: file and directory syncs on the seal's critical path (what a caller waits for)",
+	"manifest bytes/seal: bytes written to the manifest per seal (flat for segkv, growing for rewrite)",
+	"ratio: rewrite divided by segkv at the last row; -wide shows every column, -json every field",
+}
+
 func (sealRow) Header() []string {
 	return []string{"protocol", "segments", "us/seal", "p99 us", "fsync us/seal", "fsyncs/seal", "dirsyncs/seal", "renames/seal",
 		"bg fsyncs/seal", "bg dirsyncs/seal", "spare misses", "manifest B", "manifest file B", "manifest B written/seal"}
@@ -66,7 +113,7 @@ func (r sealRow) Cells() []string {
 		itoa(r.SpareMisses), itoa(r.ManifestBytes), itoa(r.ManifestFileBytes), ftoa(r.ManifestBytesWrittenPerSeal, 0)}
 }
 
-// sealRatioRow is the final row: legacy divided by new, at the last step.
+// sealRatioRow is the final row: rewrite divided by segkv, at the last step.
 type sealRatioRow struct {
 	Protocol                    string  `json:"protocol"` // "ratio"
 	Segments                    int     `json:"segments"`
@@ -76,7 +123,7 @@ type sealRatioRow struct {
 }
 
 func (sealRatioRow) Header() []string {
-	return []string{"legacy/new", "segments", "us/seal", "fsyncs/seal", "manifest B written/seal"}
+	return []string{"rewrite/segkv", "segments", "median us/seal", "fsyncs/seal", "manifest bytes/seal"}
 }
 
 func (r sealRatioRow) Cells() []string {
@@ -114,7 +161,8 @@ func runSeal(ctx context.Context, e *env, args []string) error {
 	c.register(fs, true)
 	segments := fs.Int("segments", defaultSealSegments, "seal this many segments with each protocol")
 	step := fs.Int("step", defaultSealStep, "report every this many segments")
-	protocol := fs.String("protocol", "both", "new, legacy or both")
+	protocol := fs.String("protocol", "both", "segkv (this store), rewrite (the reference design it replaces) or both")
+	wide := fs.Bool("wide", false, "print every column (background syncs, renames, manifest sizes), not the default few")
 	segSize := fs.Int64("segment-size", 0, "new protocol: Options.SegmentSize, how much each live file preallocates (0: the store's default)")
 	timeOps := fs.Bool("ops", false, "also break each protocol's mean seal time down by vfs operation (costs a stack walk per read and write)")
 	if err := parseFlags(fs, args); err != nil {
@@ -124,13 +172,12 @@ func runSeal(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	cfg := sealConfig{segments: *segments, step: *step, segmentSize: *segSize, timeOps: *timeOps}
-	switch *protocol {
-	case "both":
-		cfg.protocols = []string{"legacy", "new"}
-	case "new", "legacy":
-		cfg.protocols = []string{*protocol}
-	default:
-		return usagef("-protocol must be new, legacy or both, not %q", *protocol)
+	if *protocol == "both" {
+		cfg.protocols = []string{protoRewrite, protoSegkv}
+	} else if name, ok := protocolName(*protocol); ok {
+		cfg.protocols = []string{name}
+	} else {
+		return usagef("-protocol must be segkv, rewrite or both, not %q", *protocol)
 	}
 	if cfg.segments < 1 {
 		return usagef("-segments must be at least 1, not %d", cfg.segments)
@@ -163,12 +210,23 @@ func runSeal(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	for _, r := range rows {
+		if sr, ok := r.(sealRow); ok && !*wide && !c.json {
+			r = sealNarrowRow{sr}
+		}
 		if err := p.Print(r); err != nil {
 			return err
 		}
 	}
 	if err := p.Flush(); err != nil {
 		return err
+	}
+	if !*wide {
+		for _, l := range sealLegend {
+			if err := p.Note("%s", l); err != nil {
+				return err
+			}
+		}
+		totals = nil // whole-run syscall totals are a detail: -wide
 	}
 	for _, t := range totals {
 		if err := p.Note("%s", t); err != nil {
@@ -232,9 +290,9 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 		err := ws.mkdir(dir)
 		switch {
 		case err != nil:
-		case name == "legacy":
+		case name == protoRewrite:
 			sealers[k], err = openLegacySealer(ws.newFS(), dir, cfg.timeOps)
-		case name == "new":
+		case name == protoSegkv:
 			sealers[k], err = openNewSealer(ctx, ws.newFS(), dir, cfg.segmentSize, cfg.timeOps)
 		}
 		if err != nil {
@@ -336,7 +394,7 @@ func sealBench(ctx context.Context, ws *workspace, cfg sealConfig, e *env) ([]ro
 			rows = append(rows, byProto[name][i])
 		}
 	}
-	if l, n := byProto["legacy"], byProto["new"]; len(l) > 0 && len(n) > 0 {
+	if l, n := byProto[protoRewrite], byProto[protoSegkv]; len(l) > 0 && len(n) > 0 {
 		a, b := l[len(l)-1], n[len(n)-1]
 		rows = append(rows, sealRatioRow{
 			Protocol:                    "ratio",
