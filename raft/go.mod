@@ -1,8 +1,9 @@
 module github.com/segkv/segkv/raft
 
-go 1.26.8
+go 1.26.0
 
 require (
+	github.com/cespare/xxhash/v2 v2.3.0
 	github.com/hashicorp/raft v1.7.2
 	github.com/segkv/segkv v0.0.0-00010101000000-000000000000
 	github.com/stretchr/testify v1.11.1
@@ -13,7 +14,6 @@ require (
 	github.com/armon/go-metrics v0.4.1 // indirect
 	github.com/bits-and-blooms/bitset v1.24.2 // indirect
 	github.com/bits-and-blooms/bloom/v3 v3.7.1 // indirect
-	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/davecgh/go-spew v1.1.1 // indirect
 	github.com/fatih/color v1.13.0 // indirect
 	github.com/hashicorp/go-hclog v1.6.2 // indirect
