@@ -49,6 +49,10 @@ func (s *Store) enter(writes bool) error {
 	if err := s.ops.enter(); err != nil {
 		return err
 	}
+	if writes && s.opts.ReadOnly {
+		s.ops.leave()
+		return ErrReadOnly
+	}
 	if writes {
 		if err := s.failed(); err != nil {
 			s.ops.leave()
@@ -113,7 +117,7 @@ func (s *Store) Close() error {
 	s.ops.wait()
 
 	var errs []error
-	if s.failed() == nil {
+	if s.failed() == nil && !s.opts.ReadOnly {
 		errs = append(errs, s.closeLive())
 	}
 	// A failed store did not make everything durable that Close promises
