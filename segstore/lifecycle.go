@@ -85,7 +85,10 @@ func ctxErr(ctx context.Context) error {
 }
 
 // Close stops the store and releases its files. Later calls return
-// ErrClosed, as does every call made after Close began.
+// ErrClosed, as does every call made after Close began: a second Close
+// does nothing and returns ErrClosed, as for Snapshot and Iterator. Close
+// the store's snapshots and iterators first; one left open after Close
+// answers ErrClosed, and its own Close still releases what it pinned.
 //
 // Close first stops admitting work, then waits for what it admitted: every
 // write already inside Apply finishes (acknowledged or failed), every Seal,

@@ -153,9 +153,16 @@ func (o *Options) withDefaults() (Options, error) {
 }
 
 // Errors. Every error a Store returns matches one of these with errors.Is, or
-// wraps an I/O error from the file system.
+// wraps an I/O error from the file system. Two are typed as well:
+// *CorruptionError (errors.As; it matches ErrCorrupt) names the damaged
+// file and offset, and *ImportError (errors.As) names the stream Import or
+// ReplaceAll refused.
 var (
-	ErrNotFound      = errors.New("segkv: not found")
+	// ErrNotFound: Get of an absent or deleted key.
+	ErrNotFound = errors.New("segkv: not found")
+	// ErrNoSegment: Export (of a Store or a Snapshot) of an id that names
+	// no sealed segment there.
+	ErrNoSegment     = errors.New("segkv: no such sealed segment")
 	ErrClosed        = errors.New("segkv: store is closed")
 	ErrLocked        = errors.New("segkv: directory is locked by another store")
 	ErrKeyTooLarge   = errors.New("segkv: key too large")

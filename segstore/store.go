@@ -825,7 +825,17 @@ func (s *Store) syncLive() error {
 	return nil
 }
 
-// RecoveryReport returns what Open repaired.
+// RecoveryReport is what Open repaired, or, for a read-only Open
+// (RecoveryReport.ReadOnly), what it would have repaired: torn tails, files
+// removed, indexes rebuilt, live continuations dropped and the manifest
+// log's repairs. An alias, so that callers need not import package
+// recovery; its methods (Repaired) take a value receiver.
+type RecoveryReport = recovery.Report
+
+// TornTail is a torn tail a RecoveryReport lists.
+type TornTail = recovery.TornTail
+
+// RecoveryReport returns what Open repaired (see the RecoveryReport type).
 func (s *Store) RecoveryReport() recovery.Report {
 	if s.recovery == nil {
 		return recovery.Report{}
