@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/segment"
+	"github.com/segkv/segkv/vfs"
 )
 
 // dirDigest hashes every file of dir, names, sizes and contents, so that a
@@ -249,4 +250,42 @@ func TestReadOnlyOpenNeedsAStore(t *testing.T) {
 	for _, e := range ents {
 		require.Equal(t, lockName, e.Name(), "only the lock file may be created")
 	}
+}
+
+// memFiles is every file of dir in fsys with its contents.
+func memFiles(t *testing.T, fsys *vfs.Mem, dir string) map[string]string {
+	t.Helper()
+	names, err := fsys.List(dir)
+	require.NoError(t, err)
+	out := map[string]string{}
+	for _, n := range names {
+		b, err := fsys.ReadFile(filepath.Join(dir, n))
+		require.NoError(t, err)
+		out[n] = string(b)
+	}
+	return out
+}
+
+// After a crash between a seal's switch and its manifest commit, a
+// read-only Open serves the live chain as it is (the file being sealed and
+// its continuation), seals nothing, and answers what a writable Open does.
+func TestReadOnlyOpenServesTheLiveChain(t *testing.T) {
+	img, _, want := epContinuation(t)
+	twin := img.CrashClone(vfs.CrashDropUnsynced, nil) // a crash image holds only durable state
+	before := memFiles(t, img, "/db")
+
+	ro, err := Open("/db", &Options{FS: img, ReadOnly: true})
+	require.NoError(t, err)
+	got := dumpStore(t, ro)
+	require.Equal(t, map[string]string(want), got)
+	require.NoError(t, ro.Check())
+	require.Empty(t, ro.Segments(), "nothing was sealed")
+	require.NoError(t, ro.Close())
+	require.Equal(t, before, memFiles(t, img, "/db"), "a read-only open changed the directory")
+
+	rw, err := Open("/db", &Options{FS: twin})
+	require.NoError(t, err)
+	require.Equal(t, got, dumpStore(t, rw))
+	require.Len(t, rw.Segments(), 1, "the writable open finished the seal")
+	require.NoError(t, rw.Close())
 }
