@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -382,8 +383,10 @@ func runScan(ctx context.Context, e *env, args []string) error {
 		}
 		defer it.Close()
 		// Rows go out as they come: a scan can be larger than memory, so
-		// no table alignment here.
-		w := e.stdout
+		// no table alignment here. Buffered, so that a large scan is not a
+		// system call per key; a write error (a closed pipe) surfaces at
+		// the next flush and stops the scan.
+		w := bufio.NewWriter(e.stdout)
 		enc := cliout.NewPrinter(w, true)
 		first, next := it.First, it.Next
 		if *reverse {
@@ -415,7 +418,10 @@ func runScan(ctx context.Context, e *env, args []string) error {
 				return err
 			}
 		}
-		return it.Err()
+		if err := it.Err(); err != nil {
+			return err
+		}
+		return w.Flush()
 	})
 }
 
