@@ -97,7 +97,8 @@ type Options struct {
 	// fails with ErrLocked while any other Store (read-only or not) has the
 	// directory open, and keeps every other Store out while it is open. The
 	// only file it may create is the empty LOCK file, if the directory has
-	// none. A directory that holds no store fails with an error matching
+	// none; the lock opens that file for writing, so read-only media are
+	// refused with the open's error. A directory that holds no store fails with an error matching
 	// fs.ErrNotExist. A live chain longer than two files (never left by one
 	// crash) is refused with ErrReadOnly: open it writable once.
 	ReadOnly bool
