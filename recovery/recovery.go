@@ -338,6 +338,7 @@ func (p *planner) loadSegments() error {
 		ld := loads[i]
 		if ld.err != nil {
 			closeLoads()
+			p.res.Segments = nil // closed: not for Plan to close again
 			return ld.err
 		}
 		if ld.reason != "" {
