@@ -19,17 +19,29 @@
 //     files a committed merge retired, or a continuation whose predecessor
 //     lost a torn tail (its writes were not acknowledged as durable, and
 //     keeping them would break the prefix property).
+//   - "<id>.idx" files of segments the manifest does not name, and
+//     "<id>.idx.rebuild" files an interrupted index rebuild left.
 //
 // Run is Plan, which reads and decides, then Settle, which truncates,
-// syncs and removes (and syncs the directory after a removal). A file is
-// removed only once it has been read and so proved to hold no
-// acknowledged data. A candidate continuation that cannot be read (an I/O
-// error, a short read) makes Run fail with that error, and one damaged in a
-// way a crash cannot produce makes it fail with a *corruption.Error naming
-// the file and offset; in both cases nothing at all is removed, so a later
-// Open (after the error passed, or after an explicit repair) finds every
-// file where it was.
-//   - "<id>.idx" files of segments the manifest does not name.
+// syncs and removes (and syncs the directory after a removal). Plan's named
+// steps, in order: inventory (list the directory), checkSegmentFiles (every
+// segment the manifest names is there, long enough), loadSegments (load or
+// rebuild each index), findLiveChain (replay the live file and its
+// continuations), digestChain (digest the chain files Open will seal), and
+// planRemovals. Settle's: settleChain (truncate torn tails, sync), then
+// removeFiles (remove, sync the directory). A file is removed only once it
+// has been read and so proved to hold no acknowledged data. A candidate
+// continuation that cannot be read (an I/O error, a short read) makes Run
+// fail with that error, and one damaged in a way a crash cannot produce
+// makes it fail with a *corruption.Error naming the file and offset; in
+// both cases nothing at all is removed, so a later Open (after the error
+// passed, or after an explicit repair) finds every file where it was.
+//
+// A read-only recovery (Options.ReadOnly, then WouldSettle instead of
+// Settle) changes nothing at all: indexes are rebuilt in memory, torn tails
+// are read up to their last valid record and left, and the files Settle
+// would remove are left and not served. The Report then says what would
+// have been repaired.
 //
 // Nothing else in the directory is touched.
 package recovery
@@ -68,6 +80,11 @@ type Options struct {
 	// Repair, if set, returns for a segment the function its index calls
 	// when it finds damage after Open (index.LoadOptions.Repair).
 	Repair func(m manifestlog.SegmentMeta) func(cause error) (*index.Index, error)
+	// ReadOnly: an index that must be rebuilt is rebuilt in memory only, and
+	// its file (missing, torn or stale) is left as it is. The caller then
+	// calls WouldSettle instead of Settle, so that nothing in the directory
+	// changes.
+	ReadOnly bool
 }
 
 // Segment is a sealed segment named by the manifest, with its index ready.
@@ -118,17 +135,29 @@ type TornTail struct {
 	Bytes  int64 // how many bytes were dropped
 }
 
-// Report records every repair Run made.
+// Report records every repair Run made. For a read-only recovery
+// (ReadOnly set: Options.ReadOnly, then WouldSettle) nothing was changed,
+// and the report says what a writable one would have repaired: the torn
+// tails it would have truncated (they were read up to their last valid
+// record), the files it would have removed (left in place and not served)
+// and the indexes it rebuilt in memory only.
 type Report struct {
 	TornTails      []TornTail
 	RemovedFiles   []string
 	RebuiltIndexes []string // index paths, with the reason after a colon
 	DroppedChain   []string // live continuations dropped because their predecessor was torn
+	// ManifestActions are the manifest log's repairs, in words (set by the
+	// store from manifestlog.Report.Actions; recovery itself does not
+	// touch the manifest).
+	ManifestActions []string
+	ReadOnly        bool // nothing was changed; the fields above say what would have been
 }
 
-// Repaired reports whether anything was repaired.
-func (r *Report) Repaired() bool {
-	return len(r.TornTails)+len(r.RemovedFiles)+len(r.RebuiltIndexes)+len(r.DroppedChain) > 0
+// Repaired reports whether anything was repaired (for a read-only report:
+// whether anything needed repair). A value receiver, so that it can be
+// called on the Report a Store returns by value.
+func (r Report) Repaired() bool {
+	return len(r.TornTails)+len(r.RemovedFiles)+len(r.RebuiltIndexes)+len(r.DroppedChain)+len(r.ManifestActions) > 0
 }
 
 // Run recovers the directory dir against the manifest state: Plan, then
@@ -149,11 +178,14 @@ func Run(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resul
 // changes (opening the chain's files) does them between the two.
 func Plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Result, *Report, error) {
 	res, rep, err := plan(fsys, dir, state, opts)
-	if err != nil && res != nil {
-		// The indexes loaded so far hold mappings nobody will use.
-		res.CloseIndexes()
+	if err != nil {
+		if res != nil {
+			// The indexes loaded so far hold mappings nobody will use.
+			res.CloseIndexes()
+		}
+		return nil, rep, err
 	}
-	return res, rep, err
+	return res, rep, nil
 }
 
 // CloseIndexes releases the indexes of the result's segments: for a caller
@@ -166,25 +198,73 @@ func (r *Result) CloseIndexes() {
 	}
 }
 
+// planner holds what Plan has learned so far; each of its methods is one
+// named step of Plan, run in this order: inventory, checkSegmentFiles,
+// loadSegments, findLiveChain, digestChain, planRemovals. Every step only
+// reads (loadSegments may rewrite an index file, a cache, unless
+// Options.ReadOnly).
+type planner struct {
+	fsys  vfs.FS
+	dir   string
+	state manifestlog.State
+	opts  Options
+	log   *slog.Logger
+	res   *Result
+	rep   *Report
+	// files is what inventory found on disk, by id.
+	files map[uint64]*onDisk
+	// metas are the manifest's segments, oldest (lowest Order) first.
+	metas []manifestlog.SegmentMeta
+	// chainIDs are the files of the live chain.
+	chainIDs map[uint64]bool
+}
+
+// onDisk says which files of one id exist.
+type onDisk struct{ log, seg, idx bool }
+
+func (p *planner) path(name string) string { return filepath.Join(p.dir, name) }
+
 func plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Result, *Report, error) {
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	names, err := fsys.List(dir)
-	if err != nil {
-		return nil, nil, fmt.Errorf("recovery: list %s: %w", dir, err)
+	rep := &Report{ReadOnly: opts.ReadOnly}
+	p := &planner{fsys: fsys, dir: dir, state: state, opts: opts, log: log, rep: rep,
+		res: &Result{dir: dir, rep: rep, log: log}, files: map[uint64]*onDisk{}}
+	if err := p.inventory(); err != nil {
+		return nil, nil, err
 	}
-	rep := &Report{}
-	res := &Result{dir: dir, rep: rep, log: log}
-	type onDisk struct{ log, seg, idx bool }
-	files := map[uint64]*onDisk{}
+	for _, step := range []func() error{p.checkSegmentFiles, p.loadSegments, p.findLiveChain, p.digestChain} {
+		if err := step(); err != nil {
+			return p.partial(), rep, err
+		}
+	}
+	p.planRemovals()
+	return p.res, rep, nil
+}
+
+// partial is the result to hand back with an error: the segments loaded so
+// far, whose indexes Plan closes, or nil.
+func (p *planner) partial() *Result {
+	if len(p.res.Segments) == 0 {
+		return nil
+	}
+	return p.res
+}
+
+// inventory lists the directory: which data and index files exist for
+// each id, the highest id seen, and leftover temporary files of an index
+// rebuild a crash interrupted (a cache's, holding no data: removed).
+func (p *planner) inventory() error {
+	names, err := p.fsys.List(p.dir)
+	if err != nil {
+		return fmt.Errorf("recovery: list %s: %w", p.dir, err)
+	}
 	for _, name := range names {
 		if base, ok := strings.CutSuffix(name, rebuildSuffix); ok {
 			if _, ext, ok := segment.ParseName(base); ok && ext == segment.NameIndex {
-				// An index rebuild a crash interrupted: a cache's
-				// temporary file, holding no data.
-				res.removes = append(res.removes, filepath.Join(dir, name))
+				p.res.removes = append(p.res.removes, p.path(name))
 			}
 			continue
 		}
@@ -192,11 +272,11 @@ func plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resu
 		if !ok {
 			continue
 		}
-		res.MaxFileID = max(res.MaxFileID, id)
-		d := files[id]
+		p.res.MaxFileID = max(p.res.MaxFileID, id)
+		d := p.files[id]
 		if d == nil {
 			d = &onDisk{}
-			files[id] = d
+			p.files[id] = d
 		}
 		switch ext {
 		case segment.NameLog:
@@ -207,30 +287,38 @@ func plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resu
 			d.idx = true
 		}
 	}
-	path := func(name string) string { return filepath.Join(dir, name) }
+	return nil
+}
 
-	// Sealed segments: every one the manifest names must be on disk and at
-	// least as long as recorded; a shorter or missing file is never papered
-	// over with a smaller store.
-	metas := make([]manifestlog.SegmentMeta, 0, len(state.Segments))
-	for _, m := range state.Segments {
-		metas = append(metas, m)
+// checkSegmentFiles checks that every sealed segment the manifest names is
+// on disk and at least as long as recorded: a shorter or missing file is
+// never papered over with a smaller store.
+func (p *planner) checkSegmentFiles() error {
+	p.metas = make([]manifestlog.SegmentMeta, 0, len(p.state.Segments))
+	for _, m := range p.state.Segments {
+		p.metas = append(p.metas, m)
 	}
-	slices.SortFunc(metas, func(a, b manifestlog.SegmentMeta) int { return cmp.Compare(a.Order, b.Order) })
-	for _, m := range metas {
-		dataPath := path(segment.DataName(m.ID, m.FileKind))
-		size, err := fsys.Stat(dataPath)
+	slices.SortFunc(p.metas, func(a, b manifestlog.SegmentMeta) int { return cmp.Compare(a.Order, b.Order) })
+	for _, m := range p.metas {
+		dataPath := p.path(segment.DataName(m.ID, m.FileKind))
+		size, err := p.fsys.Stat(dataPath)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
-				return nil, rep, corruption.New(dataPath, -1, "segment %d named by the manifest is missing", m.ID)
+				return corruption.New(dataPath, -1, "segment %d named by the manifest is missing", m.ID)
 			}
-			return nil, rep, fmt.Errorf("recovery: stat %s: %w", dataPath, err)
+			return fmt.Errorf("recovery: stat %s: %w", dataPath, err)
 		}
 		if size < m.DataLength {
-			return nil, rep, corruption.New(dataPath, size, "segment %d is %d bytes, the manifest recorded %d", m.ID, size, m.DataLength)
+			return corruption.New(dataPath, size, "segment %d is %d bytes, the manifest recorded %d", m.ID, size, m.DataLength)
 		}
 	}
-	loads := loadIndexes(fsys, dir, metas, opts)
+	return nil
+}
+
+// loadSegments loads (or rebuilds) every segment's index, in parallel, and
+// records the rebuilds. On an error it closes every index it loaded.
+func (p *planner) loadSegments() error {
+	loads := loadIndexes(p.fsys, p.dir, p.metas, p.opts)
 	// The first real failure in manifest order: a segment skipped because
 	// another failed first (errNotLoaded) is not one.
 	closeLoads := func() {
@@ -243,131 +331,149 @@ func plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resu
 	for _, ld := range loads {
 		if ld.err != nil && !errors.Is(ld.err, errNotLoaded) {
 			closeLoads()
-			return nil, rep, ld.err
+			return ld.err
 		}
 	}
-	for i, m := range metas {
+	for i, m := range p.metas {
 		ld := loads[i]
 		if ld.err != nil {
 			closeLoads()
-			return nil, rep, ld.err
+			p.res.Segments = nil // closed: not for Plan to close again
+			return ld.err
 		}
 		if ld.reason != "" {
-			ixPath := path(segment.IndexName(m.ID))
-			rep.RebuiltIndexes = append(rep.RebuiltIndexes, ixPath+": "+ld.reason)
-			log.Warn("segkv: rebuilt index from its data file", "index", ixPath, "reason", ld.reason)
-		}
-		res.Segments = append(res.Segments, Segment{Meta: m, Path: path(segment.DataName(m.ID, m.FileKind)), Index: ld.ix})
-	}
-
-	// The live chain: the live file, then every unnamed log file that links
-	// to its predecessor with the predecessor's exact length.
-	var chainIDs map[uint64]bool
-	if state.LiveID != 0 {
-		chainIDs = map[uint64]bool{}
-		// Continuations have larger ids than the file they continue, but not
-		// necessarily the next id: merges and imports draw from the same counter.
-		candidates := []uint64{state.LiveID}
-		for _, id := range sortedKeys(files) {
-			if _, named := state.Segments[id]; id > state.LiveID && files[id].log && !named {
-				candidates = append(candidates, id)
-			}
-		}
-		prevID := uint64(0)
-		prevEnd := int64(-1)
-		for _, id := range candidates {
-			p := path(segment.DataName(id, segment.KindLog))
-			var lf LiveFile
-			var rr segment.ReplayResult
-			var err error
-			if id == state.LiveID {
-				lf, rr, err = replayLive(fsys, p, id, opts)
+			ixPath := p.path(segment.IndexName(m.ID))
+			p.rep.RebuiltIndexes = append(p.rep.RebuiltIndexes, ixPath+": "+ld.reason)
+			if p.opts.ReadOnly {
+				p.log.Warn("segkv: rebuilt index from its data file in memory (read-only)", "index", ixPath, "reason", ld.reason)
 			} else {
-				unused, uerr := unusedSpare(fsys, p)
-				if uerr != nil {
-					// Not proved unused: it may hold acknowledged writes.
-					return nil, rep, fmt.Errorf("recovery: check live continuation candidate %s: %w", p, uerr)
-				}
-				if unused {
-					// A continuation's first frame is its link record, and any
-					// later sync made it durable too: no first frame, nothing
-					// written. Skip it without scanning its preallocated space.
-					continue
-				}
-				// Validate a candidate before any of its records reach the caller;
-				// continuations only exist after a crash inside a seal, so reading
-				// one twice costs nothing in the common case.
-				lf, rr, err = replayLive(fsys, p, id, Options{})
+				p.log.Warn("segkv: rebuilt index from its data file", "index", ixPath, "reason", ld.reason)
 			}
-			if err != nil {
-				if id == state.LiveID && errors.Is(err, fs.ErrNotExist) {
-					// Named by the manifest, so it was durable: its absence is
-					// damage, not something a crash leaves.
-					return nil, rep, corruption.New(p, -1, "live file %d named by the manifest is missing", id)
-				}
-				// A read error or damage a crash cannot produce: the file may
-				// hold acknowledged writes, so nothing is removed and Open
-				// fails with the error (a read error may pass; damage is a
-				// typed corruption error naming the file and offset).
-				return nil, rep, err
-			}
-			if id != state.LiveID {
-				if !rr.HasLink || rr.LinkID != prevID {
-					// A spare never written to, or a file that continues something else.
-					continue
-				}
-				if rr.LinkLen != prevEnd {
-					// The predecessor lost a torn tail that this file's writes came
-					// after (a longer link), or was cut (a shorter one): either way these
-					// writes do not extend a prefix of history.
-					log.Warn("segkv: live continuation dropped: its predecessor does not end where it links",
-						"path", p, "predecessor_end", prevEnd, "link_length", rr.LinkLen)
-					rep.DroppedChain = append(rep.DroppedChain, p)
-					continue
-				}
-			}
-			if id != state.LiveID {
-				if lf, rr, err = replayLive(fsys, p, id, opts); err != nil {
-					return nil, rep, err
-				}
-			}
-			// Settle makes the recovered content durable and cuts off anything
-			// after it, so that new frames appended at End can never be
-			// followed by stale ones.
-			res.settle = append(res.settle, settleJob{path: p, end: lf.End, torn: rr.Scan.Torn, tornBytes: rr.Scan.TornBytes})
-			chainIDs[id] = true
-			res.Live = append(res.Live, lf)
-			prevID, prevEnd = id, lf.End
+		}
+		p.res.Segments = append(p.res.Segments, Segment{Meta: m, Path: p.path(segment.DataName(m.ID, m.FileKind)), Index: ld.ix})
+	}
+	return nil
+}
+
+// findLiveChain finds the live chain: the live file, then every unnamed log
+// file that links to its predecessor with the predecessor's exact length.
+// Each file of the chain is replayed into Options.OnLiveRecord.
+func (p *planner) findLiveChain() error {
+	if p.state.LiveID == 0 {
+		return nil
+	}
+	p.chainIDs = map[uint64]bool{}
+	// Continuations have larger ids than the file they continue, but not
+	// necessarily the next id: merges and imports draw from the same counter.
+	candidates := []uint64{p.state.LiveID}
+	for _, id := range sortedKeys(p.files) {
+		if _, named := p.state.Segments[id]; id > p.state.LiveID && p.files[id].log && !named {
+			candidates = append(candidates, id)
 		}
 	}
+	prevID := uint64(0)
+	prevEnd := int64(-1)
+	for _, id := range candidates {
+		lf, rr, ok, err := p.chainCandidate(id, prevID, prevEnd)
+		if err != nil {
+			return err
+		}
+		if !ok {
+			continue
+		}
+		// Settle makes the recovered content durable and cuts off anything
+		// after it, so that new frames appended at End can never be
+		// followed by stale ones.
+		p.res.settle = append(p.res.settle, settleJob{path: lf.Path, end: lf.End, torn: rr.Scan.Torn, tornBytes: rr.Scan.TornBytes})
+		p.chainIDs[id] = true
+		p.res.Live = append(p.res.Live, lf)
+		prevID, prevEnd = id, lf.End
+	}
+	return nil
+}
 
-	// The chain files Open will seal: their digests now, while nothing has
-	// changed yet.
+// chainCandidate replays live file id if it belongs to the chain after
+// prevID (which ends at prevEnd); ok is false for a file that does not.
+func (p *planner) chainCandidate(id, prevID uint64, prevEnd int64) (lf LiveFile, rr segment.ReplayResult, ok bool, err error) {
+	path := p.path(segment.DataName(id, segment.KindLog))
+	if id == p.state.LiveID {
+		lf, rr, err = replayLive(p.fsys, path, id, p.opts)
+		if errors.Is(err, fs.ErrNotExist) {
+			// Named by the manifest, so it was durable: its absence is
+			// damage, not something a crash leaves.
+			return lf, rr, false, corruption.New(path, -1, "live file %d named by the manifest is missing", id)
+		}
+		// A read error or damage a crash cannot produce: the file may hold
+		// acknowledged writes, so nothing is removed and Open fails with
+		// the error (a read error may pass; damage is a typed corruption
+		// error naming the file and offset).
+		return lf, rr, err == nil, err
+	}
+	unused, err := unusedSpare(p.fsys, path)
+	if err != nil {
+		// Not proved unused: it may hold acknowledged writes.
+		return lf, rr, false, fmt.Errorf("recovery: check live continuation candidate %s: %w", path, err)
+	}
+	if unused {
+		// A continuation's first frame is its link record, and any later
+		// sync made it durable too: no first frame, nothing written. Skip
+		// it without scanning its preallocated space.
+		return lf, rr, false, nil
+	}
+	// Validate a candidate before any of its records reach the caller;
+	// continuations only exist after a crash inside a seal, so reading one
+	// twice costs nothing in the common case.
+	if lf, rr, err = replayLive(p.fsys, path, id, Options{}); err != nil {
+		return lf, rr, false, err
+	}
+	if !rr.HasLink || rr.LinkID != prevID {
+		// A spare never written to, or a file that continues something else.
+		return lf, rr, false, nil
+	}
+	if rr.LinkLen != prevEnd {
+		// The predecessor lost a torn tail that this file's writes came
+		// after (a longer link), or was cut (a shorter one): either way
+		// these writes do not extend a prefix of history.
+		p.log.Warn("segkv: live continuation dropped: its predecessor does not end where it links",
+			"path", path, "predecessor_end", prevEnd, "link_length", rr.LinkLen)
+		p.rep.DroppedChain = append(p.rep.DroppedChain, path)
+		return lf, rr, false, nil
+	}
+	lf, rr, err = replayLive(p.fsys, path, id, p.opts)
+	return lf, rr, err == nil, err
+}
+
+// digestChain reads the digests of the chain files Open will seal (all
+// but the last), now, while nothing has changed yet.
+func (p *planner) digestChain() error {
+	res := p.res
 	for i := range res.Live[:max(len(res.Live)-1, 0)] {
 		lf := &res.Live[i]
-		d, err := digestFile(fsys, lf.Path, lf.End)
+		d, err := digestFile(p.fsys, lf.Path, lf.End)
 		if err != nil {
-			return nil, rep, err
+			return err
 		}
 		lf.Digest = d
 	}
+	return nil
+}
 
-	// Remove what the manifest does not name and the chain does not hold.
-	for _, id := range sortedKeys(files) {
-		d := files[id]
-		_, named := state.Segments[id]
-		m := state.Segments[id]
+// planRemovals picks what the manifest does not name and the chain does
+// not hold: files that provably hold no acknowledged data.
+func (p *planner) planRemovals() {
+	for _, id := range sortedKeys(p.files) {
+		d := p.files[id]
+		m, named := p.state.Segments[id]
 		if d.seg && (!named || m.FileKind != segment.KindSeg) {
-			res.removes = append(res.removes, path(segment.DataName(id, segment.KindSeg)))
+			p.res.removes = append(p.res.removes, p.path(segment.DataName(id, segment.KindSeg)))
 		}
-		if d.log && !chainIDs[id] && (!named || m.FileKind != segment.KindLog) {
-			res.removes = append(res.removes, path(segment.DataName(id, segment.KindLog)))
+		if d.log && !p.chainIDs[id] && (!named || m.FileKind != segment.KindLog) {
+			p.res.removes = append(p.res.removes, p.path(segment.DataName(id, segment.KindLog)))
 		}
 		if d.idx && !named {
-			res.removes = append(res.removes, path(segment.IndexName(id)))
+			p.res.removes = append(p.res.removes, p.path(segment.IndexName(id)))
 		}
 	}
-	return res, rep, nil
 }
 
 // Settle makes the repairs Plan decided: it cuts torn tails off the live
@@ -377,6 +483,37 @@ func plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resu
 // part of the chain again (a later write can make its predecessor as long
 // as its link record says). Call it once.
 func (res *Result) Settle(fsys vfs.FS) error {
+	if err := res.settleChain(fsys); err != nil {
+		return err
+	}
+	if err := res.removeFiles(fsys); err != nil {
+		return err
+	}
+	res.settle, res.removes = nil, nil
+	return nil
+}
+
+// WouldSettle records in the report what Settle would change, and changes
+// nothing: a torn tail stays on disk (the store reads each chain file up
+// to its End), and a file Settle would remove stays, unserved. For a
+// read-only Open, which calls it instead of Settle. Call it once.
+func (res *Result) WouldSettle() {
+	for _, j := range res.settle {
+		if j.torn {
+			res.rep.TornTails = append(res.rep.TornTails, TornTail{Path: j.path, Offset: j.end, Bytes: j.tornBytes})
+			res.log.Warn("segkv: torn tail left in place (read-only)", "path", j.path, "offset", j.end, "bytes", j.tornBytes)
+		}
+	}
+	for _, p := range res.removes {
+		res.rep.RemovedFiles = append(res.rep.RemovedFiles, p)
+		res.log.Warn("segkv: file the manifest does not name left in place (read-only)", "path", p)
+	}
+	res.settle, res.removes = nil, nil
+}
+
+// settleChain cuts torn tails off the live chain and syncs every chain
+// file.
+func (res *Result) settleChain(fsys vfs.FS) error {
 	for _, j := range res.settle {
 		if j.torn {
 			res.rep.TornTails = append(res.rep.TornTails, TornTail{Path: j.path, Offset: j.end, Bytes: j.tornBytes})
@@ -386,6 +523,12 @@ func (res *Result) Settle(fsys vfs.FS) error {
 			return err
 		}
 	}
+	return nil
+}
+
+// removeFiles removes the files Plan proved hold no acknowledged data and,
+// if it removed any, syncs the directory.
+func (res *Result) removeFiles(fsys vfs.FS) error {
 	for _, p := range res.removes {
 		if err := remove(fsys, p, res.rep, res.log); err != nil {
 			return err
@@ -396,7 +539,6 @@ func (res *Result) Settle(fsys vfs.FS) error {
 			return fmt.Errorf("recovery: sync directory %s after removals: %w", res.dir, err)
 		}
 	}
-	res.settle, res.removes = nil, nil
 	return nil
 }
 
@@ -528,7 +670,11 @@ func loadIndexes(fsys vfs.FS, dir string, metas []manifestlog.SegmentMeta, opts 
 					out[i].err = errNotLoaded
 					continue
 				}
-				ix, reason, err := loadOrRebuildIndex(fsys, dir, metas[i], loadOptions(opts, metas[i]), &rebuildMu, failed.Load)
+				load := loadOrRebuildIndex
+				if opts.ReadOnly {
+					load = loadOrRebuildInMemory
+				}
+				ix, reason, err := load(fsys, dir, metas[i], loadOptions(opts, metas[i]), &rebuildMu, failed.Load)
 				out[i] = indexLoad{ix: ix, reason: reason, err: err}
 				if err != nil {
 					failed.Store(true)
@@ -581,12 +727,7 @@ func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, opts
 	if err == nil {
 		return ix, "", nil
 	}
-	reason := err.Error()
-	if errors.Is(err, fs.ErrNotExist) {
-		reason = "missing"
-	} else if !errors.Is(err, corruption.ErrCorrupt) {
-		reason = "unreadable: " + reason
-	}
+	reason := rebuildReason(err)
 	if rebuildMu != nil {
 		rebuildMu.Lock()
 		defer rebuildMu.Unlock()
@@ -604,6 +745,52 @@ func loadOrRebuildIndex(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, opts
 		return nil, reason, fmt.Errorf("recovery: read back rebuilt index %s: %w", ixPath, err)
 	}
 	return ix, reason, nil
+}
+
+// loadOrRebuildInMemory is loadOrRebuildIndex for a read-only recovery: a
+// rebuilt index is decoded in the heap and no file is written or replaced.
+func loadOrRebuildInMemory(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, opts index.LoadOptions, rebuildMu *sync.Mutex, stopped func() bool) (*index.Index, string, error) {
+	ixPath := filepath.Join(dir, segment.IndexName(m.ID))
+	id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
+	ix, err := index.Load(fsys, ixPath, m.IndexChecksum, id, opts)
+	if err == nil {
+		return ix, "", nil
+	}
+	reason := rebuildReason(err)
+	rebuildMu.Lock()
+	defer rebuildMu.Unlock()
+	if stopped() {
+		return nil, reason, errNotLoaded
+	}
+	ix, err = RebuildIndexInMemory(fsys, dir, m)
+	return ix, reason, err
+}
+
+// RebuildIndexInMemory rebuilds segment m's index from its data file,
+// checked against the manifest as RebuildIndex checks it, and decodes it in
+// the heap, writing nothing.
+func RebuildIndexInMemory(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) (*index.Index, error) {
+	data, err := RebuildIndex(fsys, dir, m)
+	if err != nil {
+		return nil, err
+	}
+	ixPath := filepath.Join(dir, segment.IndexName(m.ID))
+	ix, err := index.Decode(ixPath, data, m.IndexChecksum, index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest})
+	if err != nil {
+		return nil, fmt.Errorf("recovery: decode rebuilt index %s: %w", ixPath, err)
+	}
+	return ix, nil
+}
+
+// rebuildReason says in words why an index load failed.
+func rebuildReason(err error) string {
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "missing"
+	case !errors.Is(err, corruption.ErrCorrupt):
+		return "unreadable: " + err.Error()
+	}
+	return err.Error()
 }
 
 // RebuildIndexFile rebuilds the index file of segment m from its data file,

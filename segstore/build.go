@@ -130,6 +130,10 @@ func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index
 		s.stats.indexRebuilds.Add(1)
 		p := filepath.Join(s.dir, segment.IndexName(m.ID))
 		s.log.Warn("segkv: index damaged; rebuilding it from the data file", "index", p, "err", cause)
+		if s.opts.ReadOnly {
+			// Nothing is written: the rebuilt index lives in the heap.
+			return recovery.RebuildIndexInMemory(s.fs, s.dir, m)
+		}
 		id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
 		err := recovery.RebuildIndexFile(s.fs, s.dir, m)
 		if err == nil {

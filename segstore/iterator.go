@@ -32,6 +32,7 @@ type Iterator struct {
 	cur    iterEntry
 	recBuf []byte // reused by AppendValue to read a record into
 	err    error
+	closed bool // Close was called
 	// rangesUpTo is one past the oldest source with range tombstones: only
 	// sources below it can delete an older source's key.
 	rangesUpTo int
@@ -465,11 +466,11 @@ func (it *Iterator) readCurrent(buf []byte) (segment.Record, []byte, error) {
 	return rec, buf, err
 }
 
-// usable reports whether the iterator may move: not once its snapshot or
-// the store was closed (it then records ErrClosed). A value that failed to
+// usable reports whether the iterator may move: not once it, its snapshot
+// or the store was closed (it then records ErrClosed). A value that failed to
 // read does not stop Next and Prev: the keys after it are still answered.
 func (it *Iterator) usable() bool {
-	if it.sn.closed.Load() || it.sn.s.closed.Load() {
+	if it.closed || it.sn.closed.Load() || it.sn.s.closed.Load() {
 		it.err, it.valid = ErrClosed, false
 		return false
 	}
@@ -480,8 +481,14 @@ func (it *Iterator) usable() bool {
 // or the snapshot it reads was closed.
 func (it *Iterator) Err() error { return it.err }
 
-// Close releases the iterator (and its snapshot, if it made one).
+// Close releases the iterator (and its snapshot, if it made one). A second
+// Close does nothing and returns ErrClosed, as for Store and Snapshot. An
+// Iterator, unlike them, is not safe for concurrent use.
 func (it *Iterator) Close() error {
+	if it.closed {
+		return ErrClosed
+	}
+	it.closed = true
 	it.valid = false
 	if it.ownsSn {
 		return it.sn.Close()

@@ -49,6 +49,10 @@ func (s *Store) enter(writes bool) error {
 	if err := s.ops.enter(); err != nil {
 		return err
 	}
+	if writes && s.opts.ReadOnly {
+		s.ops.leave()
+		return ErrReadOnly
+	}
 	if writes {
 		if err := s.failed(); err != nil {
 			s.ops.leave()
@@ -81,7 +85,10 @@ func ctxErr(ctx context.Context) error {
 }
 
 // Close stops the store and releases its files. Later calls return
-// ErrClosed, as does every call made after Close began.
+// ErrClosed, as does every call made after Close began: a second Close
+// does nothing and returns ErrClosed, as for Snapshot and Iterator. Close
+// the store's snapshots and iterators first; one left open after Close
+// answers ErrClosed, and its own Close still releases what it pinned.
 //
 // Close first stops admitting work, then waits for what it admitted: every
 // write already inside Apply finishes (acknowledged or failed), every Seal,
@@ -113,7 +120,7 @@ func (s *Store) Close() error {
 	s.ops.wait()
 
 	var errs []error
-	if s.failed() == nil {
+	if s.failed() == nil && !s.opts.ReadOnly {
 		errs = append(errs, s.closeLive())
 	}
 	// A failed store did not make everything durable that Close promises

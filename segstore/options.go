@@ -83,6 +83,25 @@ type Options struct {
 	// Logger receives repairs (WARN) and lifecycle events (INFO, DEBUG).
 	// nil discards.
 	Logger *slog.Logger
+	// ReadOnly opens an existing store for reading only. Open repairs
+	// nothing, writes nothing, removes nothing and starts no background
+	// work: a torn tail of the live file or of the manifest log is read up
+	// to its last valid record and left on disk, files a writable Open
+	// would remove are left and not served, and an index that must be
+	// rebuilt is rebuilt in memory only. RecoveryReport says what a
+	// writable Open would have repaired. Every write (Put, Delete,
+	// DeleteRange, Apply, Seal, Sync, Import, ReplaceAll, Compact,
+	// NewSealedSnapshot) returns ErrReadOnly.
+	//
+	// A read-only Open takes the same exclusive lock as a writable one: it
+	// fails with ErrLocked while any other Store (read-only or not) has the
+	// directory open, and keeps every other Store out while it is open. The
+	// only file it may create is the empty LOCK file, if the directory has
+	// none; the lock opens that file for writing, so read-only media are
+	// refused with the open's error. A directory that holds no store fails with an error matching
+	// fs.ErrNotExist. A live chain longer than two files (never left by one
+	// crash) is refused with ErrReadOnly: open it writable once.
+	ReadOnly bool
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -135,9 +154,16 @@ func (o *Options) withDefaults() (Options, error) {
 }
 
 // Errors. Every error a Store returns matches one of these with errors.Is, or
-// wraps an I/O error from the file system.
+// wraps an I/O error from the file system. Two are typed as well:
+// *CorruptionError (errors.As; it matches ErrCorrupt) names the damaged
+// file and offset, and *ImportError (errors.As) names the stream Import or
+// ReplaceAll refused.
 var (
-	ErrNotFound      = errors.New("segkv: not found")
+	// ErrNotFound: Get of an absent or deleted key.
+	ErrNotFound = errors.New("segkv: not found")
+	// ErrNoSegment: Export (of a Store or a Snapshot) of an id that names
+	// no sealed segment there.
+	ErrNoSegment     = errors.New("segkv: no such sealed segment")
 	ErrClosed        = errors.New("segkv: store is closed")
 	ErrLocked        = errors.New("segkv: directory is locked by another store")
 	ErrKeyTooLarge   = errors.New("segkv: key too large")
@@ -146,6 +172,9 @@ var (
 	ErrInvalidOption = errors.New("segkv: invalid option")
 	ErrInvalidRange  = errors.New("segkv: invalid range: start after end")
 	ErrInvalidBatch  = errors.New("segkv: invalid batch: not made by this store's NewBatch, or already applied")
+	// ErrReadOnly is returned by every write to a store opened with
+	// Options.ReadOnly.
+	ErrReadOnly = errors.New("segkv: store is opened read-only")
 	// ErrFailed is returned by every write after a write or fsync failure.
 	// The store stops accepting writes instead of retrying fsync, because a
 	// retried fsync can report success after the kernel dropped the data.

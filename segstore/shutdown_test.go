@@ -1112,7 +1112,7 @@ func TestShutdownSnapshotAcrossClose(t *testing.T) {
 			require.NoError(t, it.Close())
 			require.NoError(t, own.Close())
 			require.NoError(t, sn.Close())
-			require.NoError(t, sn.Close(), "Close is idempotent")
+			require.ErrorIs(t, sn.Close(), ErrClosed, "a second Close does nothing and says so, as Store's does")
 			want := model{"live": "live|v", "after": "after|v"}
 			for i := range 60 {
 				k := fmt.Sprintf("k%03d", i)

@@ -21,7 +21,8 @@ import (
 // after it into each shared node copies that node, and the snapshot keeps
 // the old nodes alive, so a snapshot held across many writes holds up to
 // one directory's worth of memory, and a live file sealed meanwhile keeps
-// its directory in memory. Close snapshots promptly; Close is idempotent.
+// its directory in memory. Close snapshots promptly. A second Close does
+// nothing and returns ErrClosed, as for Store and Iterator.
 type Snapshot struct {
 	s     *Store
 	tails []tailView // the live file and the one being sealed, newest first
@@ -73,12 +74,13 @@ type tailView struct {
 	ranges *rangedel.Tree // a frozen copy
 }
 
-// Close releases the snapshot. Later Gets return ErrClosed.
+// Close releases the snapshot. Later Gets return ErrClosed, and so does a
+// second Close (which does nothing).
 func (sn *Snapshot) Close() error {
 	sn.readMu.Lock()
 	defer sn.readMu.Unlock()
 	if !sn.closed.CompareAndSwap(false, true) {
-		return nil
+		return ErrClosed
 	}
 	for _, v := range sn.tails {
 		v.t.df.unpin()

@@ -281,7 +281,13 @@ func open(dir string, opts *Options, hooks testHooks) (*Store, error) {
 	}
 	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, hooks: hooks, merging: map[uint64]bool{}}
 	s.closing, s.cancelClose = context.WithCancel(context.Background())
-	if err := s.fs.MkdirAll(dir); err != nil {
+	if o.ReadOnly {
+		// Nothing is created: the directory must exist (a listing error
+		// for a missing one matches fs.ErrNotExist).
+		if _, err := s.fs.List(dir); err != nil {
+			return nil, fmt.Errorf("segkv: open %s read-only: %w", dir, err)
+		}
+	} else if err := s.fs.MkdirAll(dir); err != nil {
 		return nil, fmt.Errorf("segkv: create %s: %w", dir, err)
 	}
 	lock, err := s.fs.Lock(filepath.Join(dir, lockName))
@@ -293,12 +299,20 @@ func open(dir string, opts *Options, hooks testHooks) (*Store, error) {
 	}
 	s.lock = lock
 	s.files = newFileCache(s.fs, o.MaxOpenFiles)
-	if err := s.recover(); err != nil {
+	recover := s.recover
+	if o.ReadOnly {
+		recover = s.recoverReadOnly
+	}
+	if err := recover(); err != nil {
 		s.cancelClose()
 		s.closeResources()
 		return nil, err
 	}
-	s.bg = startBackground(s)
+	if !o.ReadOnly {
+		// A read-only store has no background: no spare, no seal, no
+		// merge, no interval sync (a nil background does nothing).
+		s.bg = startBackground(s)
+	}
 	return s, nil
 }
 
@@ -338,6 +352,7 @@ func (s *Store) recover() error {
 	})
 	s.recovery = rep
 	if rep != nil {
+		rep.ManifestActions = mrep.Actions
 		s.stats.indexRebuilds.Add(int64(len(rep.RebuiltIndexes)))
 	}
 	if err != nil {
@@ -623,6 +638,9 @@ func (s *Store) Apply(b *Batch) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
+	if s.opts.ReadOnly {
+		return ErrReadOnly
+	}
 	if err := s.failed(); err != nil {
 		return err
 	}
@@ -807,7 +825,17 @@ func (s *Store) syncLive() error {
 	return nil
 }
 
-// RecoveryReport returns what Open repaired.
+// RecoveryReport is what Open repaired, or, for a read-only Open
+// (RecoveryReport.ReadOnly), what it would have repaired: torn tails, files
+// removed, indexes rebuilt, live continuations dropped and the manifest
+// log's repairs. An alias, so that callers need not import package
+// recovery; its methods (Repaired) take a value receiver.
+type RecoveryReport = recovery.Report
+
+// TornTail is a torn tail a RecoveryReport lists.
+type TornTail = recovery.TornTail
+
+// RecoveryReport returns what Open repaired (see the RecoveryReport type).
 func (s *Store) RecoveryReport() recovery.Report {
 	if s.recovery == nil {
 		return recovery.Report{}

@@ -50,9 +50,6 @@ func (s *Store) Segments() []SegmentInfo {
 	return out
 }
 
-// ErrNoSegment is returned by Export for an id that names no sealed segment.
-var ErrNoSegment = errors.New("segkv: no such sealed segment")
-
 // Export streams sealed segment id's data file to w: the data file only; an
 // importer rebuilds the index itself. The segment stays on disk until the
 // export is done, whatever merges do meanwhile.

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
 	"path/filepath"
 	"strconv"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/segkv/segkv/internal/cliout"
 	"github.com/segkv/segkv/manifestlog"
+	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/segstore"
 	"github.com/segkv/segkv/vfs"
 )
@@ -30,6 +33,16 @@ type flags struct {
 func newFlags(name string, e *env, withHex bool) *flags {
 	f := &flags{FlagSet: flag.NewFlagSet("segctl "+name, flag.ContinueOnError)}
 	f.SetOutput(e.stderr)
+	f.Usage = func() {
+		c := commands()[name]
+		w := f.Output()
+		fmt.Fprintf(w, "usage: segctl %s [flags] %s\n\n%s.\n", name, c.args, c.summary)
+		if name != "create" && name != "manifest" {
+			fmt.Fprintln(w, "\nFlags go before the arguments; \"--\" ends them.")
+		}
+		fmt.Fprintln(w, "\nflags:")
+		f.PrintDefaults()
+	}
 	f.BoolVar(&f.json, "json", false, "print one JSON object per line instead of a table")
 	if withHex {
 		f.BoolVar(&f.hex, "hex", false, "keys and values in hex, in arguments and output")
@@ -44,9 +57,13 @@ func (f *flags) parse(args []string, want int, more bool) ([]string, error) {
 		return nil, err
 	}
 	pos := f.Args()
+	// After "--" (which Parse consumed) every argument is positional: a
+	// key may start with '-'. Without it, one that looks like a flag is
+	// most likely a flag put after the arguments.
+	ended := len(pos) < len(args) && args[len(args)-len(pos)-1] == "--"
 	for _, a := range pos {
-		if strings.HasPrefix(a, "-") && len(a) > 1 {
-			return nil, usagef("flag %s after the arguments: flags go first", a)
+		if !ended && strings.HasPrefix(a, "-") && len(a) > 1 {
+			return nil, usagef("flag %s after the arguments: flags go first (\"--\" ends the flags, for a key starting with '-')", a)
 		}
 	}
 	if len(pos) < want || (!more && len(pos) > want) {
@@ -83,10 +100,15 @@ func printable(b []byte) string {
 	return strconv.Quote(string(b))
 }
 
-// openStore opens an existing store: never creates one. Repairs that
-// recovery makes go to stderr as they happen (the store logs them at WARN).
-func openStore(e *env, dir string, mergeOff bool) (*segstore.Store, error) {
+// openStore opens an existing store: never creates one. A read-only open
+// (the read commands) repairs nothing; a writable one (compact, import)
+// runs recovery's repairs, which go to stderr as they happen (the store
+// logs them at WARN).
+func openStore(e *env, dir string, mergeOff, readOnly bool) (*segstore.Store, error) {
 	names, err := vfs.NewOS().List(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("%s does not exist (segctl create makes a store): %w", dir, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", dir, err)
 	}
@@ -98,19 +120,25 @@ func openStore(e *env, dir string, mergeOff bool) (*segstore.Store, error) {
 		}
 	}
 	if !found {
-		return nil, fmt.Errorf("%s holds no segkv store (no MANIFEST-* file)", dir)
+		return nil, fmt.Errorf("%s holds no segkv store (no MANIFEST-* file; segctl create makes one)", dir)
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	s, err := segstore.Open(dir, &segstore.Options{Logger: logger, Merge: segstore.MergeOptions{Disable: mergeOff}})
+	s, err := segstore.Open(dir, &segstore.Options{Logger: logger, ReadOnly: readOnly, Merge: segstore.MergeOptions{Disable: mergeOff}})
 	if errors.Is(err, segstore.ErrLocked) {
 		return nil, fmt.Errorf("%w (another process has the store open; segctl manifest can still read it)", err)
 	}
 	return s, err
 }
 
-// withStore runs fn on the store in dir and closes it, joining the errors.
-func withStore(e *env, dir string, fn func(*segstore.Store) error) (err error) {
-	s, err := openStore(e, dir, true)
+// withStore runs fn on the store in dir, opened read-only, and closes it,
+// joining the errors. The store is closed however fn ends, a write error
+// on stdout included.
+func withStore(e *env, dir string, fn func(*segstore.Store) error) error {
+	return withOpenStore(e, dir, true, fn)
+}
+
+func withOpenStore(e *env, dir string, readOnly bool, fn func(*segstore.Store) error) (err error) {
+	s, err := openStore(e, dir, true, readOnly)
 	if err != nil {
 		return err
 	}
@@ -120,6 +148,34 @@ func withStore(e *env, dir string, fn func(*segstore.Store) error) (err error) {
 		}
 	}()
 	return fn(s)
+}
+
+func runCreate(_ context.Context, e *env, args []string) error {
+	f := newFlags("create", e, false)
+	pos, err := f.parse(args, 1, false)
+	if err != nil {
+		return err
+	}
+	dir := pos[0]
+	if names, err := vfs.NewOS().List(dir); err == nil {
+		for _, n := range names {
+			if strings.HasPrefix(n, "MANIFEST-") {
+				return fmt.Errorf("%s already holds a segkv store", dir)
+			}
+		}
+	}
+	s, err := segstore.Open(dir, &segstore.Options{Merge: segstore.MergeOptions{Disable: true}})
+	if err != nil {
+		return err
+	}
+	if err := s.Close(); err != nil {
+		return fmt.Errorf("close: %w", err)
+	}
+	p := cliout.NewPrinter(e.stdout, f.json)
+	if err := p.Print(metricRow{"created", dir}); err != nil {
+		return err
+	}
+	return p.Flush()
 }
 
 type metricRow struct {
@@ -140,20 +196,25 @@ func runInfo(_ context.Context, e *env, args []string) error {
 		p := cliout.NewPrinter(e.stdout, f.json)
 		var rows []metricRow
 		rep := s.RecoveryReport()
+		// Opened read-only: the report says what a writable open (an
+		// application's, or segctl compact) would repair.
 		if !rep.Repaired() {
 			rows = append(rows, metricRow{"recovery", "nothing to repair"})
 		}
+		for _, a := range rep.ManifestActions {
+			rows = append(rows, metricRow{"recovery", "manifest: " + a})
+		}
 		for _, t := range rep.TornTails {
-			rows = append(rows, metricRow{"recovery", fmt.Sprintf("torn tail of %s truncated at offset %d (%d bytes dropped)", t.Path, t.Offset, t.Bytes)})
+			rows = append(rows, metricRow{"recovery", fmt.Sprintf("would truncate the torn tail of %s at offset %d (%d bytes)", t.Path, t.Offset, t.Bytes)})
 		}
 		for _, r := range rep.RemovedFiles {
-			rows = append(rows, metricRow{"recovery", "removed " + r})
+			rows = append(rows, metricRow{"recovery", "would remove " + r})
 		}
 		for _, r := range rep.RebuiltIndexes {
-			rows = append(rows, metricRow{"recovery", "rebuilt index " + r})
+			rows = append(rows, metricRow{"recovery", "would rebuild index " + r})
 		}
 		for _, r := range rep.DroppedChain {
-			rows = append(rows, metricRow{"recovery", "dropped live continuation " + r})
+			rows = append(rows, metricRow{"recovery", "would drop live continuation " + r})
 		}
 		m := s.Metrics()
 		rows = append(rows, []metricRow{
@@ -174,6 +235,7 @@ func runInfo(_ context.Context, e *env, args []string) error {
 
 type segmentRow struct {
 	ID       uint64 `json:"id"`
+	File     string `json:"file"`
 	Size     int64  `json:"size"`
 	Records  uint64 `json:"records"`
 	Keys     uint64 `json:"keys"`
@@ -185,11 +247,11 @@ type segmentRow struct {
 }
 
 func (segmentRow) Header() []string {
-	return []string{"id", "size", "records", "keys", "order", "added_seq", "digest", "min_key", "max_key"}
+	return []string{"id", "file", "size", "records", "keys", "order", "added_seq", "digest", "min_key", "max_key"}
 }
 
 func (r segmentRow) Cells() []string {
-	return []string{strconv.FormatUint(r.ID, 10), strconv.FormatInt(r.Size, 10),
+	return []string{strconv.FormatUint(r.ID, 10), r.File, strconv.FormatInt(r.Size, 10),
 		strconv.FormatUint(r.Records, 10), strconv.FormatUint(r.Keys, 10), strconv.FormatUint(r.Order, 10),
 		strconv.FormatUint(r.AddedSeq, 10), r.Digest, r.MinKey, r.MaxKey}
 }
@@ -204,7 +266,9 @@ func runSegments(_ context.Context, e *env, args []string) error {
 		p := cliout.NewPrinter(e.stdout, f.json)
 		segs := s.Segments()
 		for _, sg := range segs {
-			if err := p.Print(segmentInfoRow(f, sg)); err != nil {
+			row := segmentInfoRow(f, sg)
+			row.File = dataFileName(pos[0], sg.ID)
+			if err := p.Print(row); err != nil {
 				return err
 			}
 		}
@@ -215,14 +279,42 @@ func runSegments(_ context.Context, e *env, args []string) error {
 	})
 }
 
+// dataFileName is the name of segment id's data file in dir: a sealed live
+// file keeps its ".log" name, a merge or import output is a ".seg".
+func dataFileName(dir string, id uint64) string {
+	for _, kind := range []uint8{segment.KindSeg, segment.KindLog} {
+		name := segment.DataName(id, kind)
+		if _, err := vfs.NewOS().Stat(filepath.Join(dir, name)); err == nil {
+			return name
+		}
+	}
+	return ""
+}
+
 func segmentInfoRow(f *flags, sg segstore.SegmentInfo) segmentRow {
 	return segmentRow{ID: sg.ID, Size: sg.Size, Records: sg.Records, Keys: sg.Keys,
 		Order: sg.Order, AddedSeq: sg.AddedSeq, Digest: fmt.Sprintf("%016x", sg.Digest),
 		MinKey: f.text(sg.MinKey), MaxKey: f.text(sg.MaxKey)}
 }
 
+// binaryFlag adds -binary to a command that writes raw bytes.
+func binaryFlag(f *flags) *bool {
+	return f.Bool("binary", false, "write bytes that are not printable text to a terminal anyway")
+}
+
+// refuseBinary refuses raw output that is not printable text to a
+// terminal, where it would garble the screen (or be taken for escape
+// sequences), unless -binary asked for it.
+func refuseBinary(e *env, binary bool, b []byte, what string) error {
+	if !e.stdoutTTY || binary || printable(b) == string(b) {
+		return nil
+	}
+	return fmt.Errorf("%s is not printable text and standard output is a terminal: redirect it, use -hex, or give -binary", what)
+}
+
 func runGet(_ context.Context, e *env, args []string) error {
 	f := newFlags("get", e, true)
+	binary := binaryFlag(f)
 	pos, err := f.parse(args, 2, false)
 	if err != nil {
 		return err
@@ -243,6 +335,9 @@ func runGet(_ context.Context, e *env, args []string) error {
 		if f.hex {
 			_, err = fmt.Fprintln(e.stdout, hex.EncodeToString(v))
 		} else {
+			if err := refuseBinary(e, *binary, v, "the value"); err != nil {
+				return err
+			}
 			_, err = e.stdout.Write(v) // the value as stored, byte for byte
 		}
 		return err
@@ -288,8 +383,10 @@ func runScan(ctx context.Context, e *env, args []string) error {
 		}
 		defer it.Close()
 		// Rows go out as they come: a scan can be larger than memory, so
-		// no table alignment here.
-		w := e.stdout
+		// no table alignment here. Buffered, so that a large scan is not a
+		// system call per key; a write error (a closed pipe) surfaces at
+		// the next flush and stops the scan.
+		w := bufio.NewWriter(e.stdout)
 		enc := cliout.NewPrinter(w, true)
 		first, next := it.First, it.Next
 		if *reverse {
@@ -321,7 +418,10 @@ func runScan(ctx context.Context, e *env, args []string) error {
 				return err
 			}
 		}
-		return it.Err()
+		if err := it.Err(); err != nil {
+			return err
+		}
+		return w.Flush()
 	})
 }
 
@@ -340,30 +440,71 @@ type damageRow struct {
 func (damageRow) Header() []string  { return []string{"damage"} }
 func (r damageRow) Cells() []string { return []string{r.Damage} }
 
+// verifyResult is verify's whole answer with -json: one object, printed
+// whatever happened (the store could not be opened, the scrub failed,
+// damage was found, or all is well), so that a script always has a result
+// to read. OK is true only when everything was read and nothing is wrong.
+type verifyResult struct {
+	OK       bool     `json:"ok"`
+	Segments int      `json:"segments"`
+	Bytes    int64    `json:"bytes"`
+	Damaged  []string `json:"damaged"`
+	Check    string   `json:"check,omitempty"` // why Check failed
+	Error    string   `json:"error,omitempty"` // why verify could not finish
+}
+
+func (verifyResult) Header() []string { return nil }
+func (verifyResult) Cells() []string  { return nil }
+
 func runVerify(ctx context.Context, e *env, args []string) error {
 	f := newFlags("verify", e, false)
 	pos, err := f.parse(args, 1, false)
 	if err != nil {
 		return err
 	}
-	return withStore(e, pos[0], func(s *segstore.Store) error {
+	res := verifyResult{Damaged: []string{}}
+	err = withStore(e, pos[0], func(s *segstore.Store) error {
 		prog := e.progress()
 		prog.Update("verify: reading %d sealed segments", len(s.Segments()))
 		rep, err := s.Verify(ctx)
 		prog.Done()
+		res.Segments, res.Bytes = rep.Segments, rep.Bytes
+		for _, d := range rep.Damaged {
+			res.Damaged = append(res.Damaged, d.Error())
+		}
 		if err != nil {
 			return err
 		}
-		p := cliout.NewPrinter(e.stdout, f.json)
-		p.Note("verify: %d sealed segments, %d bytes read, %d damaged", rep.Segments, rep.Bytes, len(rep.Damaged))
-		for _, d := range rep.Damaged {
-			if err := p.Print(damageRow{d.Error()}); err != nil {
+		if err := s.Check(); err != nil {
+			res.Check = err.Error()
+		}
+		return nil
+	})
+	if err != nil {
+		res.Error = err.Error()
+	}
+	res.OK = err == nil && len(res.Damaged) == 0 && res.Check == ""
+	if f.json {
+		if perr := cliout.NewPrinter(e.stdout, true).Print(res); perr != nil {
+			return errors.Join(err, perr)
+		}
+		if err != nil {
+			// The error is in the result; say it on stderr too.
+			return err
+		}
+	} else {
+		if err != nil {
+			return err
+		}
+		p := cliout.NewPrinter(e.stdout, false)
+		p.Note("verify: %d sealed segments, %d bytes read, %d damaged", res.Segments, res.Bytes, len(res.Damaged))
+		for _, d := range res.Damaged {
+			if err := p.Print(damageRow{d}); err != nil {
 				return err
 			}
 		}
-		checkErr := s.Check()
-		if checkErr != nil {
-			if err := p.Print(damageRow{"check: " + checkErr.Error()}); err != nil {
+		if res.Check != "" {
+			if err := p.Print(damageRow{"check: " + res.Check}); err != nil {
 				return err
 			}
 		} else {
@@ -372,11 +513,11 @@ func runVerify(ctx context.Context, e *env, args []string) error {
 		if err := p.Flush(); err != nil {
 			return err
 		}
-		if len(rep.Damaged) > 0 || checkErr != nil {
-			return errReported
-		}
-		return nil
-	})
+	}
+	if !res.OK {
+		return errReported
+	}
+	return nil
 }
 
 func runCompact(ctx context.Context, e *env, args []string) error {
@@ -385,7 +526,7 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	s, err := openStore(e, pos[0], false)
+	s, err := openStore(e, pos[0], false, false)
 	if err != nil {
 		return err
 	}
@@ -418,16 +559,20 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 
 func runExport(ctx context.Context, e *env, args []string) error {
 	f := newFlags("export", e, false)
+	binary := binaryFlag(f)
 	pos, err := f.parse(args, 3, false)
 	if err != nil {
 		return err
 	}
 	id, err := strconv.ParseUint(pos[1], 10, 64)
 	if err != nil {
-		return usagef("segment id %q: %v", pos[1], err)
+		return usagef("segment id %q: want a decimal id, as segctl segments prints it: %v", pos[1], err)
 	}
 	return withStore(e, pos[0], func(s *segstore.Store) error {
 		if pos[2] == "-" {
+			if e.stdoutTTY && !*binary {
+				return errors.New("a segment is binary and standard output is a terminal: redirect it, or give -binary")
+			}
 			_, err := s.Export(ctx, id, e.stdout)
 			return err
 		}
@@ -493,7 +638,7 @@ func runImport(ctx context.Context, e *env, args []string) error {
 		}
 		readers = append(readers, io.NewSectionReader(in, 0, size))
 	}
-	return withStore(e, pos[0], func(s *segstore.Store) error {
+	return withOpenStore(e, pos[0], false, func(s *segstore.Store) error {
 		added, err := s.Import(ctx, readers...)
 		if err != nil {
 			return err

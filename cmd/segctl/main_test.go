@@ -182,8 +182,11 @@ func TestVerifyFindsDamage(t *testing.T) {
 	code, out, _ = segctl(t, "verify", "-json", dir)
 	require.Equal(t, exitFail, code)
 	rows := jsonLines(t, out)
-	require.NotEmpty(t, rows)
-	require.Contains(t, rows[0]["damage"], path, "the damaged file is named")
+	require.Len(t, rows, 1, "one result object")
+	require.Equal(t, false, rows[0]["ok"])
+	damaged := rows[0]["damaged"].([]any)
+	require.NotEmpty(t, damaged)
+	require.Contains(t, damaged[0], path, "the damaged file is named")
 }
 
 func TestExportImport(t *testing.T) {
