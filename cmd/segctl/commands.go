@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/hex"
 	"errors"
@@ -339,6 +340,11 @@ func runGet(_ context.Context, e *env, args []string) error {
 				return err
 			}
 			_, err = e.stdout.Write(v) // the value as stored, byte for byte
+			if err == nil && e.stdoutTTY && !*binary && !bytes.HasSuffix(v, []byte("\n")) {
+				// On a terminal, end the line so the prompt does not run
+				// into the value; a pipe or file still gets the exact bytes.
+				_, err = fmt.Fprintln(e.stdout)
+			}
 		}
 		return err
 	})

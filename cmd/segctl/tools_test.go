@@ -244,7 +244,7 @@ func TestBinaryToATerminalIsRefused(t *testing.T) {
 	require.Equal(t, "\x00\x01\x02", out)
 	code, out, _ = runTTY("get", dir, "k001")
 	require.Equal(t, exitOK, code)
-	require.Equal(t, "v1", out, "printable text goes to a terminal")
+	require.Equal(t, "v1\n", out, "printable text goes to a terminal, and ends its line there")
 	code, out, errOut = runTTY("export", dir, "2", "-")
 	require.Equal(t, exitFail, code)
 	require.Empty(t, out)
