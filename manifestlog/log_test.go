@@ -508,11 +508,7 @@ func TestGroupCommitSharesSync(t *testing.T) {
 	cfs := vfs.NewCounting(mem)
 	l, _, _ := openLog(t, cfs, Options{})
 	defer l.Close()
-	queued := func() int {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return len(l.queue)
-	}
+	queued := l.gc.Queued
 	var once sync.Once
 	mem.SetSyncHook(func(ev vfs.SyncEvent) {
 		if ev.Before && ev.Kind == vfs.FileSync {
@@ -535,10 +531,7 @@ func TestGroupCommitSharesSync(t *testing.T) {
 		if i == 1 {
 			// Let the first commit become the leader and reach its sync.
 			for {
-				l.mu.Lock()
-				busy := l.writing && len(l.queue) == 0
-				l.mu.Unlock()
-				if busy {
+				if l.gc.Held() && l.gc.Queued() == 0 {
 					break
 				}
 				runtime.Gosched()
