@@ -222,7 +222,7 @@ func (r *replayer) restoreFromGroupReplica(f vfs.File, y, limit int64) (int64, e
 	}
 	off = y
 	for _, p := range rec.payloads[k:] {
-		if p[0] == kindReplica {
+		if recordKind(p[0]) == kindReplica {
 			return -1, r.corrupt(fr.Off, "replica holds a replica record")
 		}
 		if err := r.frame(wal.Frame{Off: off, Watermark: fr.Watermark, Payload: p}); err != nil {
