@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -74,7 +75,7 @@ func TestWriteLoad(t *testing.T) {
 		require.NoError(t, mem.WriteFile(ixPath, torn))
 		for _, noMap := range []bool{false, true} {
 			_, err = Load(mem, ixPath, sum, testID, LoadOptions{NoMap: noMap})
-			requireCorrupt(t, err, "%d bytes", len(torn))
+			testutil.RequireCorrupt(t, err, "%d bytes", len(torn))
 		}
 	}
 	require.Zero(t, fsys.Counts().Syncs)
@@ -107,9 +108,9 @@ func TestLoad(t *testing.T) {
 
 				// Refused against another checksum or identity, as Decode.
 				_, err = Load(l.fsys, l.path, sum^1, testID, LoadOptions{NoMap: noMap})
-				requireCorrupt(t, err)
+				testutil.RequireCorrupt(t, err)
 				_, err = Load(l.fsys, l.path, sum, Identity{}, LoadOptions{NoMap: noMap})
-				ce := requireCorrupt(t, err)
+				ce := testutil.RequireCorrupt(t, err)
 				require.Equal(t, l.path, ce.Path)
 			})
 		}
@@ -202,7 +203,7 @@ func TestCloseReleasesTheMapping(t *testing.T) {
 	require.Equal(t, int64(1), mfs.unmaps.Load())
 
 	_, err = Load(mfs, ixPath, sum^1, testID, LoadOptions{})
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 	require.Equal(t, int64(2), mfs.maps.Load())
 	require.Equal(t, int64(2), mfs.unmaps.Load(), "a refused index is unmapped")
 

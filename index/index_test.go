@@ -14,6 +14,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/internal/testutil"
 )
 
 // testID is the identity used where the test does not care which one.
@@ -64,19 +65,7 @@ func mustDecode(t testing.TB, path string, data []byte, sum uint64, id Identity)
 }
 
 // tb is what both *testing.T and *rapid.T provide.
-type tb interface {
-	require.TestingT
-	Helper()
-}
-
-func requireCorrupt(t tb, err error, msgAndArgs ...any) *corruption.Error {
-	t.Helper()
-	require.Error(t, err, msgAndArgs...)
-	var ce *corruption.Error
-	require.ErrorAs(t, err, &ce, msgAndArgs...)
-	require.ErrorIs(t, err, corruption.ErrCorrupt, msgAndArgs...)
-	return ce
-}
+type tb = testutil.TB
 
 func probeOf(key []byte) *Probe {
 	p := NewProbe(key)
@@ -773,20 +762,20 @@ func TestDecodeRejectsEveryTruncation(t *testing.T) {
 			sum := checksumOf(data)
 			for n := range len(data) {
 				_, err := Decode("t.idx", data[:n], sum, testID)
-				requireCorrupt(t, err, "truncated to %d", n)
+				testutil.RequireCorrupt(t, err, "truncated to %d", n)
 				// Nor does it help to cut the head off instead.
 				_, err = Decode("t.idx", data[len(data)-n:], sum, testID)
-				requireCorrupt(t, err, "head cut to %d", n)
+				testutil.RequireCorrupt(t, err, "head cut to %d", n)
 			}
 			// Trailing bytes are refused too.
 			_, err := Decode("t.idx", append(bytes.Clone(data), 0), sum, testID)
-			requireCorrupt(t, err)
+			testutil.RequireCorrupt(t, err)
 			// A torn write that kept the footer: the middle of the file is
 			// gone, the end is there.
 			for n := 1; n < len(data)-32; n += 7 {
 				torn := append(bytes.Clone(data[:len(data)-32-n]), data[len(data)-32:]...)
 				_, err := Decode("t.idx", torn, sum, testID)
-				requireCorrupt(t, err, "torn by %d bytes before the footer", n)
+				testutil.RequireCorrupt(t, err, "torn by %d bytes before the footer", n)
 			}
 		})
 	}
@@ -797,19 +786,19 @@ func TestDecodeRejectsWrongIdentityAndChecksum(t *testing.T) {
 	topOff, _, _ := topBounds(data)
 
 	_, err := Decode("i.idx", data, sum, Identity{DataLength: testID.DataLength + 1, DataDigest: testID.DataDigest})
-	ce := requireCorrupt(t, err)
+	ce := testutil.RequireCorrupt(t, err)
 	require.Equal(t, "i.idx", ce.Path)
 	require.Equal(t, int64(topOff+16), ce.Offset, "the top block's data length field")
 	require.Contains(t, ce.Reason, "stale")
 
 	_, err = Decode("i.idx", data, sum, Identity{DataLength: testID.DataLength, DataDigest: testID.DataDigest ^ 1})
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 	_, err = Decode("i.idx", data, sum, Identity{})
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 
 	for _, wrong := range []uint64{sum ^ 1, 0, ^sum} {
 		_, err = Decode("i.idx", data, wrong, testID)
-		ce = requireCorrupt(t, err)
+		ce = testutil.RequireCorrupt(t, err)
 		require.Contains(t, ce.Reason, "recorded")
 	}
 
@@ -819,12 +808,12 @@ func TestDecodeRejectsWrongIdentityAndChecksum(t *testing.T) {
 	otherID := Identity{DataLength: 999, DataDigest: 7}
 	other, otherSum := mustEncode(t, smallEntries()[:2], otherID)
 	_, err = Decode("i.idx", other, sum, testID)
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 	_, err = Decode("i.idx", other, otherSum, testID)
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 	stale, _ := mustEncode(t, smallEntries()[:3], testID)
 	_, err = Decode("i.idx", stale, sum, testID)
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 
 	// A negative data length in the identity is refused even when both
 	// agree (Encode refuses to write it).
@@ -832,7 +821,7 @@ func TestDecodeRejectsWrongIdentityAndChecksum(t *testing.T) {
 	binary.LittleEndian.PutUint64(neg[topOff+topDataLen:], ^uint64(0))
 	s, _ := resealTop(neg)
 	_, err = Decode("i.idx", neg, s, Identity{DataLength: -1, DataDigest: testID.DataDigest})
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 }
 
 func TestDecodeRejectsUnknownVersionAndFlags(t *testing.T) {
@@ -857,7 +846,7 @@ func TestDecodeRejectsUnknownVersionAndFlags(t *testing.T) {
 		binary.LittleEndian.PutUint32(bad[field.off:], field.value)
 		sum, _ := resealTop(bad)
 		_, err := Decode("v.idx", bad, sum, testID)
-		ce := requireCorrupt(t, err, "field at %d", field.off)
+		ce := testutil.RequireCorrupt(t, err, "field at %d", field.off)
 		require.Equal(t, int64(field.wantOff), ce.Offset, "field at %d", field.off)
 		require.Contains(t, ce.Reason, field.want)
 	}
@@ -884,7 +873,7 @@ func TestDecodeRefusesLegacyVersions(t *testing.T) {
 			require.Equal(t, sum, legacy)
 			for _, want := range []uint64{sum, 0, ^sum} {
 				_, err := Decode("v1.idx", data, want, testID)
-				ce := requireCorrupt(t, err, "version %d", c.version)
+				ce := testutil.RequireCorrupt(t, err, "version %d", c.version)
 				require.Equal(t, int64(8), ce.Offset)
 				require.Contains(t, ce.Reason, "version")
 			}
@@ -898,7 +887,7 @@ func TestDecodeRejectsBadPrefixLength(t *testing.T) {
 	binary.LittleEndian.PutUint32(data[topOff+topPrefix:], 1)
 	sum, _ := resealTop(data)
 	_, err := Decode("p.idx", data, sum, testID)
-	ce := requireCorrupt(t, err)
+	ce := testutil.RequireCorrupt(t, err)
 	require.Equal(t, int64(topOff+topPrefix), ce.Offset)
 
 	empty, _ := mustEncode(t, nil, testID)
@@ -906,7 +895,7 @@ func TestDecodeRejectsBadPrefixLength(t *testing.T) {
 	binary.LittleEndian.PutUint32(empty[topOff+topPrefix:], 3)
 	sum, _ = resealTop(empty)
 	_, err = Decode("p.idx", empty, sum, testID)
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 
 	// A shorter prefix than the keys share is consistent (every check
 	// holds) but not what Encode writes: Verify finds it.
@@ -915,7 +904,7 @@ func TestDecodeRejectsBadPrefixLength(t *testing.T) {
 	binary.LittleEndian.PutUint32(multi[topOff+topPrefix:], 0)
 	sum, _ = resealAll(multi)
 	ix := mustDecode(t, "p.idx", multi, sum, testID)
-	requireCorrupt(t, ix.Verify())
+	testutil.RequireCorrupt(t, ix.Verify())
 	exercise(t, ix)
 }
 
@@ -932,7 +921,7 @@ func TestFooterTopBlockPastFooter(t *testing.T) {
 		binary.LittleEndian.PutUint64(foot[8:], size-32-topOff) // wraps around
 		require.NotPanics(t, func() {
 			_, err := Decode("f.idx", bad, sum, testID)
-			requireCorrupt(t, err, "top block at %d", topOff)
+			testutil.RequireCorrupt(t, err, "top block at %d", topOff)
 		}, "top block at %d of %d", topOff, size)
 	}
 }
@@ -982,10 +971,10 @@ func TestVerifyCatchesWhatOnlyTheChecksumGuards(t *testing.T) {
 	data[i+13], data[j+13] = 'b', 'a'
 	sum, _ := resealAll(data)
 	ix := mustDecode(t, "u.idx", data, sum, testID)
-	requireCorrupt(t, ix.Verify())
+	testutil.RequireCorrupt(t, ix.Verify())
 	exercise(t, ix)
 	_, err := ix.At(0)
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 
 	// A bloom filter missing a key: every read of the block is fine, the
 	// filter is what Verify refuses.
@@ -994,7 +983,7 @@ func TestVerifyCatchesWhatOnlyTheChecksumGuards(t *testing.T) {
 	clear(data[bloomOff : bloomOff+8])
 	sum, _ = resealAll(data)
 	ix = mustDecode(t, "b.idx", data, sum, testID)
-	requireCorrupt(t, ix.Verify())
+	testutil.RequireCorrupt(t, ix.Verify())
 	exercise(t, ix)
 
 	// A wrong search word.
@@ -1004,7 +993,7 @@ func TestVerifyCatchesWhatOnlyTheChecksumGuards(t *testing.T) {
 	data[w] = 'c'
 	sum, _ = resealAll(data)
 	ix = mustDecode(t, "w.idx", data, sum, testID)
-	requireCorrupt(t, ix.Verify())
+	testutil.RequireCorrupt(t, ix.Verify())
 	exercise(t, ix)
 
 	// A record pointing outside the data file.
@@ -1012,9 +1001,9 @@ func TestVerifyCatchesWhatOnlyTheChecksumGuards(t *testing.T) {
 	binary.LittleEndian.PutUint64(data[i+1:], 10)
 	sum, _ = resealAll(data)
 	ix = mustDecode(t, "o.idx", data, sum, Identity{DataLength: 10})
-	requireCorrupt(t, ix.Verify())
+	testutil.RequireCorrupt(t, ix.Verify())
 	_, err = ix.At(1)
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 	exercise(t, ix)
 }
 
@@ -1044,7 +1033,7 @@ func TestVerifyIsByteExact(t *testing.T) {
 			checkIndex(t, ix, entries) // the entries are right...
 			again, _ := mustEncode(t, entries, testID)
 			require.NotEqual(t, again, bad) // ...the bytes are not Encode's
-			requireCorrupt(t, ix.Verify(), "Verify passes a file Encode does not write")
+			testutil.RequireCorrupt(t, ix.Verify(), "Verify passes a file Encode does not write")
 		})
 	}
 	// Records not in key order in the data file, flagged as if they were.
@@ -1054,7 +1043,7 @@ func TestVerifyIsByteExact(t *testing.T) {
 	sum, _ := resealTop(data)
 	ix := mustDecode(t, "v.idx", data, sum, testID)
 	require.True(t, ix.InKeyOrder())
-	requireCorrupt(t, ix.Verify(), "Verify passes an index that says its records are in key order when they are not")
+	testutil.RequireCorrupt(t, ix.Verify(), "Verify passes an index that says its records are in key order when they are not")
 }
 
 // checkTop returns the offset of data's top block.
@@ -1190,7 +1179,7 @@ func TestCorruptionErrorNamesFileAndOffset(t *testing.T) {
 	bad := bytes.Clone(data)
 	bad[0] = 'X'
 	_, err := Decode("/d/1.idx", bad, sum, testID)
-	ce := requireCorrupt(t, err)
+	ce := testutil.RequireCorrupt(t, err)
 	require.Equal(t, "/d/1.idx", ce.Path)
 	require.Equal(t, int64(0), ce.Offset)
 	require.True(t, errors.Is(err, corruption.ErrCorrupt))
@@ -1201,12 +1190,12 @@ func TestCorruptionErrorNamesFileAndOffset(t *testing.T) {
 	bad[20] ^= 1 // inside block 0's search words
 	ix := mustDecode(t, "/d/2.idx", bad, sum, testID)
 	_, err = ix.At(0)
-	ce = requireCorrupt(t, err)
+	ce = testutil.RequireCorrupt(t, err)
 	require.Equal(t, "/d/2.idx", ce.Path)
 	require.Equal(t, int64(16), ce.Offset, "block 0 starts after the header")
 	require.Contains(t, ce.Reason, "block 0")
 	// Verify names the same file.
-	ce = requireCorrupt(t, ix.Verify())
+	ce = testutil.RequireCorrupt(t, ix.Verify())
 	require.Equal(t, "/d/2.idx", ce.Path)
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/internal/testutil"
 )
 
 // A damaged part of a v3 index (a key block or a bloom filter chunk) is not
@@ -105,7 +106,7 @@ func loadWith(t testing.TB, data []byte, sum uint64, id Identity, repair func(er
 func counted(t testing.TB, calls *atomic.Int64, intact []byte, sum uint64, id Identity) func(error) (*Index, error) {
 	return func(cause error) (*Index, error) {
 		calls.Add(1)
-		ce := requireCorrupt(t, cause)
+		ce := testutil.RequireCorrupt(t, cause)
 		require.Equal(t, ixPath, ce.Path)
 		return Decode(ixPath, intact, sum, id)
 	}
@@ -134,26 +135,26 @@ func TestLazyBlockVerification(t *testing.T) {
 			}
 			// The first read of block k fails, and so does every later one.
 			_, err := ix.At(k*BlockEntries + 5)
-			ce := requireCorrupt(t, err)
+			ce := testutil.RequireCorrupt(t, err)
 			require.Equal(t, int64(off), ce.Offset)
 			require.Equal(t, ixPath, ce.Path)
 			require.Contains(t, ce.Reason, "block")
 			for i := k * BlockEntries; i < min(len(entries), (k+1)*BlockEntries); i++ {
 				_, err = ix.At(i)
-				requireCorrupt(t, err)
+				testutil.RequireCorrupt(t, err)
 				_, err = ix.Key(i)
-				requireCorrupt(t, err)
+				testutil.RequireCorrupt(t, err)
 				_, _, err = ix.Get(probeOf(entries[i].Key))
-				requireCorrupt(t, err)
+				testutil.RequireCorrupt(t, err)
 				if i%BlockEntries != 0 {
 					// The first key of block k is found from the first
 					// keys (and block k-1) without reading block k.
 					_, err = ix.Search(entries[i].Key)
-					requireCorrupt(t, err)
+					testutil.RequireCorrupt(t, err)
 				}
 			}
 			require.False(t, ix.Healed())
-			requireCorrupt(t, ix.Verify())
+			testutil.RequireCorrupt(t, ix.Verify())
 			// The others still are.
 			for i := range entries {
 				if !slices.Contains(blockReadsOf(i), k) {
@@ -194,9 +195,9 @@ func TestLazyBloomChunkVerification(t *testing.T) {
 			may, err := ix.MayContain(probeOf(e.Key))
 			got, ok, gerr := ix.Get(probeOf(e.Key))
 			if touchesChunk(ix, e.Key, c) {
-				ce := requireCorrupt(t, err)
+				ce := testutil.RequireCorrupt(t, err)
 				require.Contains(t, ce.Reason, "bloom")
-				requireCorrupt(t, gerr)
+				testutil.RequireCorrupt(t, gerr)
 				failed++
 			} else {
 				require.NoError(t, err)
@@ -209,7 +210,7 @@ func TestLazyBloomChunkVerification(t *testing.T) {
 		}
 		require.Positive(t, served)
 		require.Positive(t, failed)
-		requireCorrupt(t, ix.Verify())
+		testutil.RequireCorrupt(t, ix.Verify())
 		require.False(t, ix.Healed())
 	}
 }
@@ -362,15 +363,15 @@ func TestHealFailureIsSticky(t *testing.T) {
 			}
 			for _, i := range []int{BlockEntries + 3, 6*BlockEntries + 3} {
 				_, err := ix.At(i)
-				ce := requireCorrupt(t, err)
+				ce := testutil.RequireCorrupt(t, err)
 				require.Equal(t, ixPath, ce.Path)
 				if name == "error" {
 					require.ErrorIs(t, err, errRepair)
 				}
 				_, _, err = ix.Get(probeOf(entries[i].Key))
-				requireCorrupt(t, err)
+				testutil.RequireCorrupt(t, err)
 				_, err = ix.Search(entries[i].Key)
-				requireCorrupt(t, err)
+				testutil.RequireCorrupt(t, err)
 			}
 			if name != "error" {
 				require.Equal(t, int64(1), calls.Load(), "Repair is not called again")

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/rangedel"
 )
 
@@ -73,20 +74,20 @@ func TestEncodeUpgrade(t *testing.T) {
 			}
 			for _, wrong := range []uint64{0, legacy ^ 1, own ^ 1, plainSum, ^legacy} {
 				_, err := Decode("u.idx", data, wrong, testID)
-				ce := requireCorrupt(t, err, "checksum %#x", wrong)
+				ce := testutil.RequireCorrupt(t, err, "checksum %#x", wrong)
 				require.Contains(t, ce.Reason, "recorded")
 			}
 			// The plain index is not accepted against the legacy checksum,
 			// and a zero legacy field does not match a zero checksum.
 			_, err = Decode("u.idx", plain, legacy, testID)
-			requireCorrupt(t, err)
+			testutil.RequireCorrupt(t, err)
 			_, err = Decode("u.idx", plain, 0, testID)
-			requireCorrupt(t, err)
+			testutil.RequireCorrupt(t, err)
 			ix := mustDecode(t, "u.idx", plain, plainSum, testID)
 			require.Equal(t, plainSum, ix.Anchor())
 			// Nor against another identity.
 			_, err = Decode("u.idx", data, legacy, Identity{DataLength: testID.DataLength, DataDigest: 1})
-			requireCorrupt(t, err)
+			testutil.RequireCorrupt(t, err)
 		}
 	}
 }
@@ -122,7 +123,7 @@ func TestUpgradedIndexHeals(t *testing.T) {
 	calls.Store(0)
 	ix = loadWith(t, damage(data, off, n), legacy, testID, counted(t, &calls, plain, plainSum, testID))
 	_, err = ix.At(3*BlockEntries + 1)
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 	require.False(t, ix.Healed())
 	require.Equal(t, int64(1), calls.Load())
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/rangedel"
 )
 
@@ -73,7 +74,7 @@ func TestRangesDamage(t *testing.T) {
 		bad := bytes.Clone(data)
 		bad[i] ^= 0x10
 		_, err := Decode("r.idx", bad, sum, testID)
-		ce := requireCorrupt(t, err, "byte %d", i)
+		ce := testutil.RequireCorrupt(t, err, "byte %d", i)
 		require.Equal(t, int64(off), ce.Offset)
 	}
 
@@ -92,7 +93,7 @@ func TestRangesDamage(t *testing.T) {
 		mutate(bad)
 		s, _ := resealAll(bad)
 		_, err := Decode("r.idx", bad, s, testID)
-		requireCorrupt(t, err, name)
+		testutil.RequireCorrupt(t, err, name)
 	}
 
 	// A checksum for an empty section is refused.
@@ -101,7 +102,7 @@ func TestRangesDamage(t *testing.T) {
 	le.PutUint64(plain[top+topRangeSum:], 1)
 	s, _ := resealTop(plain)
 	_, err = Decode("r.idx", plain, s, testID)
-	requireCorrupt(t, err)
+	testutil.RequireCorrupt(t, err)
 
 	// Spans out of order are refused even with a valid checksum.
 	swapped := rangedel.Span{Start: []byte("b"), End: []byte("a")}

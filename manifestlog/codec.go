@@ -10,14 +10,36 @@ import (
 // Record kinds: the first byte of every frame payload. A reader that meets a
 // kind it does not know refuses the file (it is corruption under version 2;
 // a future kind comes with a new version).
+type recordKind byte
+
 const (
-	kindHeader     byte = 1 // magic, version, generation
-	kindCheckpoint byte = 2 // checkpoint counters and the number of segments that follow
-	kindSegments   byte = 3 // a chunk of checkpoint segments
-	kindEdit       byte = 4 // one committed edit
-	kindActivate   byte = 5 // the generation is complete and authoritative
-	kindReplica    byte = 6 // a copy of the group of frames just before it
+	kindHeader     recordKind = 1 // magic, version, generation
+	kindCheckpoint recordKind = 2 // checkpoint counters and the number of segments that follow
+	kindSegments   recordKind = 3 // a chunk of checkpoint segments
+	kindEdit       recordKind = 4 // one committed edit
+	kindActivate   recordKind = 5 // the generation is complete and authoritative
+	kindReplica    recordKind = 6 // a copy of the group of frames just before it
 )
+
+// String names the kind as Inspect (and segctl manifest) shows it; an
+// unknown kind is "kind N".
+func (k recordKind) String() string {
+	switch k {
+	case kindHeader:
+		return "header"
+	case kindCheckpoint:
+		return "checkpoint"
+	case kindSegments:
+		return "segments"
+	case kindEdit:
+		return "edit"
+	case kindActivate:
+		return "activate"
+	case kindReplica:
+		return "replica"
+	}
+	return fmt.Sprintf("kind %d", byte(k))
+}
 
 // Version is the manifest format version this package writes and the only
 // one it reads. Version 2 added replica records; a version 1 reader would
@@ -44,7 +66,7 @@ var (
 
 // record is one decoded frame payload. Only the fields of its kind are set.
 type record struct {
-	kind byte
+	kind recordKind
 
 	// kindHeader
 	version uint32
@@ -101,14 +123,14 @@ func segmentSize(m *SegmentMeta) int {
 }
 
 func appendHeader(b []byte, gen uint64) []byte {
-	b = append(b, kindHeader)
+	b = append(b, byte(kindHeader))
 	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint32(b, Version)
 	return appendU64(b, gen)
 }
 
 func appendCheckpoint(b []byte, seq, liveID, nextID, nextOrder, count uint64) []byte {
-	b = append(b, kindCheckpoint)
+	b = append(b, byte(kindCheckpoint))
 	b = appendUvarint(b, seq)
 	b = appendUvarint(b, liveID)
 	b = appendUvarint(b, nextID)
@@ -117,7 +139,7 @@ func appendCheckpoint(b []byte, seq, liveID, nextID, nextOrder, count uint64) []
 }
 
 func appendSegments(b []byte, segs []*SegmentMeta) []byte {
-	b = append(b, kindSegments)
+	b = append(b, byte(kindSegments))
 	b = appendUvarint(b, uint64(len(segs)))
 	for _, m := range segs {
 		b = appendSegment(b, m)
@@ -128,7 +150,7 @@ func appendSegments(b []byte, segs []*SegmentMeta) []byte {
 // appendEdit encodes an edit record. adds must already carry AddedSeq == seq;
 // nextID and nextOrder are the counters after the edit (results).
 func appendEdit(b []byte, seq uint64, e *Edit, nextID, nextOrder uint64) []byte {
-	b = append(b, kindEdit)
+	b = append(b, byte(kindEdit))
 	b = appendUvarint(b, seq)
 	var flags byte
 	if e.SetLive {
@@ -152,14 +174,14 @@ func appendEdit(b []byte, seq uint64, e *Edit, nextID, nextOrder uint64) []byte 
 }
 
 func appendActivate(b []byte, seq uint64) []byte {
-	b = append(b, kindActivate)
+	b = append(b, byte(kindActivate))
 	return appendUvarint(b, seq)
 }
 
 // appendReplica encodes a replica of the group of frames starting at file
 // offset start with these payloads.
 func appendReplica(b []byte, start int64, payloads [][]byte) []byte {
-	b = append(b, kindReplica)
+	b = append(b, byte(kindReplica))
 	b = appendUvarint(b, uint64(start))
 	b = appendUvarint(b, uint64(len(payloads)))
 	for _, p := range payloads {
@@ -300,7 +322,7 @@ func (d *decoder) segment() SegmentMeta {
 // damage.
 func decodeRecord(p []byte) (record, error) {
 	d := decoder{b: p}
-	r := record{kind: d.u8()}
+	r := record{kind: recordKind(d.u8())}
 	switch r.kind {
 	case kindHeader:
 		if len(d.b) < len(magic) || string(d.b[:len(magic)]) != magic {

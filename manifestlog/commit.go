@@ -53,15 +53,17 @@ func (l *Log) CommitEdit(e Edit) (Committed, error) {
 	}
 
 	l.mu.Lock()
-	defer l.mu.Unlock()
 	if l.closed {
+		l.mu.Unlock()
 		return Committed{}, ErrClosed
 	}
 	if l.err != nil {
+		l.mu.Unlock()
 		return Committed{}, l.err
 	}
 	for _, id := range own.Remove {
 		if !l.pendingPresent(id) {
+			l.mu.Unlock()
 			return Committed{}, fmt.Errorf("%w: remove of segment %d, which is not present", ErrInvalidEdit, id)
 		}
 	}
@@ -83,6 +85,7 @@ func (l *Log) CommitEdit(e Edit) (Committed, error) {
 	own.NextID, own.NextOrder = nextID, nextOrder
 	payload := appendEdit(make([]byte, 0, editSize(&own)), seq, &own, nextID, nextOrder)
 	if len(payload) > maxEditBytes {
+		l.mu.Unlock()
 		return Committed{}, fmt.Errorf("%w: edit encodes to %d bytes (max %d)", ErrInvalidEdit, len(payload), maxEditBytes)
 	}
 	l.tipSeq, l.tipNextID, l.tipNextOrder = seq, nextID, nextOrder
@@ -93,26 +96,16 @@ func (l *Log) CommitEdit(e Edit) (Committed, error) {
 		l.touch(own.Add[i].ID, true)
 	}
 
-	p := &pending{payload: payload, edit: own, seq: seq, wake: make(chan struct{}, 1)}
-	l.queue = append(l.queue, p)
-	if !l.writing {
-		l.writing = true
-		l.writeBatch()
-		l.release()
-	} else {
-		for !p.done {
-			l.mu.Unlock()
-			<-p.wake
-			l.mu.Lock()
-			if p.lead {
-				p.lead = false
-				l.writeBatch()
-				l.release()
-			}
-		}
+	// Enqueued under mu, with the sequence number just assigned, so the
+	// queue (and the file) is in sequence order.
+	p := &pending{payload: payload, edit: own, seq: seq}
+	t, err := l.gc.Enqueue(p)
+	l.mu.Unlock()
+	if err == nil {
+		err = l.gc.Wait(t)
 	}
-	if p.err != nil {
-		return Committed{}, p.err
+	if err != nil {
+		return Committed{}, err
 	}
 	return Committed{Seq: p.seq, Add: slices.Clone(own.Add)}, nil
 }
@@ -223,56 +216,14 @@ func (l *Log) untouch(id uint64) {
 	}
 }
 
-// acquireToken waits until the caller holds the write token, with priority
-// over queued commits. mu held; it is released while waiting.
-func (l *Log) acquireToken() {
-	if !l.writing {
-		l.writing = true
-		return
-	}
-	ch := make(chan struct{})
-	l.tokenWaiters = append(l.tokenWaiters, ch)
-	l.mu.Unlock()
-	<-ch
+// writeBatch writes a group of queued edits as consecutive frames,
+// followed by their replica (replica.go), in one WriteAt, syncs once, then
+// applies them. It is the flush of gc: it runs on the group's leader (or
+// Close), which holds the write token, and takes mu itself except during
+// the I/O. Its error fails the log: gc fails the group, everything queued
+// behind it and every later enqueue with it.
+func (l *Log) writeBatch(batch []*pending) error {
 	l.mu.Lock()
-}
-
-// release passes the write token on: to a waiting rotation or Close first,
-// else to the first queued commit, which leads the next batch. mu held.
-func (l *Log) release() {
-	if len(l.tokenWaiters) > 0 {
-		ch := l.tokenWaiters[0]
-		l.tokenWaiters = l.tokenWaiters[1:]
-		close(ch)
-		return
-	}
-	if l.err != nil {
-		l.failQueue(l.err)
-	}
-	if len(l.queue) > 0 {
-		p := l.queue[0]
-		p.lead = true
-		p.wake <- struct{}{}
-		return
-	}
-	l.writing = false
-}
-
-// failQueue fails every queued commit with err. mu held.
-func (l *Log) failQueue(err error) {
-	for _, p := range l.queue {
-		p.err, p.done = err, true
-		p.wake <- struct{}{}
-	}
-	l.queue = nil
-}
-
-// writeBatch writes every queued edit as consecutive frames, followed by
-// their replica (replica.go), in one WriteAt, syncs once, then applies them and wakes their callers. mu held on entry
-// and exit, released during I/O; the caller holds the write token.
-func (l *Log) writeBatch() {
-	batch := l.queue
-	l.queue = nil
 	f, off, wm := l.f, l.end, l.synced
 	l.mu.Unlock()
 
@@ -288,6 +239,7 @@ func (l *Log) writeBatch() {
 	}
 
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.stats.Syncs++
 	if err != nil {
 		// A half-written frame may now sit at the end of the file; a later
@@ -295,11 +247,7 @@ func (l *Log) writeBatch() {
 		// (or worse). Refuse everything from now on.
 		l.err = fmt.Errorf("%w: append to %s at offset %d: %w", ErrFailed, l.path, off, err)
 		l.log.Error("manifestlog: append failed; refusing further commits", "path", l.path, "offset", off, "err", err)
-		for _, p := range batch {
-			p.err, p.done = l.err, true
-			p.wake <- struct{}{}
-		}
-		return
+		return l.err
 	}
 	l.end = off + int64(len(buf))
 	l.synced = l.end
@@ -316,11 +264,9 @@ func (l *Log) writeBatch() {
 		}
 		l.seq.Store(p.seq)
 		l.stats.Commits++
-		p.done = true
-		p.payload = nil
-		p.wake <- struct{}{}
 	}
 	l.maybeRotate()
+	return nil
 }
 
 // apply applies an edit to the durable state and the change lists. mu held

@@ -3,14 +3,13 @@ package manifestlog
 import (
 	"fmt"
 	"math/rand/v2"
-	"os"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -32,12 +31,7 @@ type crashImage struct {
 // include crashes in the middle of a rotation (checkpoint written, not yet
 // activated) and between activating a new generation and removing the old.
 func TestCrashAtEverySyncPoint(t *testing.T) {
-	seeds := 3
-	if v := os.Getenv("SEGKV_CRASH_SEEDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err)
-		seeds = n
-	}
+	seeds := testutil.CrashSeeds(t, 3)
 	var total crashCounts
 	for seed := 0; seed < seeds; seed++ {
 		total.add(runCrashWorkload(t, uint64(seed), 250))

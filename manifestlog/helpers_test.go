@@ -178,7 +178,7 @@ func writeFile(t testing.TB, fsys vfs.FS, gen uint64, payloads ...[]byte) string
 	path := filepath.Join(testDir, genName(gen))
 	var buf []byte
 	for _, p := range payloads {
-		switch p[0] {
+		switch recordKind(p[0]) {
 		case kindHeader, kindCheckpoint, kindSegments:
 			buf = wal.AppendFrame(buf, p, uint64(len(buf)))
 		default:
@@ -196,7 +196,7 @@ func writeFile(t testing.TB, fsys vfs.FS, gen uint64, payloads ...[]byte) string
 }
 
 func headerWithVersion(version uint32, gen uint64) []byte {
-	b := []byte{kindHeader}
+	b := []byte{byte(kindHeader)}
 	b = append(b, magic...)
 	b = binary.LittleEndian.AppendUint32(b, version)
 	return binary.LittleEndian.AppendUint64(b, gen)

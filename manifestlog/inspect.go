@@ -1,8 +1,6 @@
 package manifestlog
 
 import (
-	"fmt"
-
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
 )
@@ -51,11 +49,6 @@ type RecordInfo struct {
 	GroupFrames int   `json:",omitempty"`
 }
 
-var kindNames = map[byte]string{
-	kindHeader: "header", kindCheckpoint: "checkpoint", kindSegments: "segments",
-	kindEdit: "edit", kindActivate: "activate", kindReplica: "replica",
-}
-
 // Inspect reads every manifest generation in dir, oldest first, the way
 // Open would, and reports what it finds. It only reads: it takes no lock,
 // truncates nothing and restores nothing, so it can look at a store in use
@@ -97,10 +90,7 @@ func Inspect(fsys vfs.FS, dir string) ([]GenerationInfo, error) {
 }
 
 func describe(fr wal.Frame, rec *record) RecordInfo {
-	ri := RecordInfo{Off: fr.Off, Kind: kindNames[rec.kind]}
-	if ri.Kind == "" {
-		ri.Kind = fmt.Sprintf("kind %d", rec.kind)
-	}
+	ri := RecordInfo{Off: fr.Off, Kind: rec.kind.String()}
 	switch rec.kind {
 	case kindCheckpoint:
 		ri.Seq, ri.LiveID, ri.NextID, ri.NextOrder = rec.seq, rec.liveID, rec.nextID, rec.nextOrder

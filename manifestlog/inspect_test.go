@@ -81,3 +81,14 @@ func TestInspect(t *testing.T) {
 	require.Equal(t, hit.Off, ce.Offset)
 	require.Len(t, infos[0].Records, 2, "the header and the checkpoint precede the damage")
 }
+
+// TestRecordKindString: every record kind has the name Inspect reports, and
+// an unknown one says its number.
+func TestRecordKindString(t *testing.T) {
+	want := []string{"header", "checkpoint", "segments", "edit", "activate", "replica"}
+	for i, name := range want {
+		require.Equal(t, name, recordKind(i+1).String())
+	}
+	require.Equal(t, "kind 0", recordKind(0).String())
+	require.Equal(t, "kind 9", recordKind(9).String())
+}

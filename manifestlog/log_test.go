@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -280,28 +281,12 @@ func TestFlippedByteIsCorruption(t *testing.T) {
 	// frames: header, checkpoint, activate + replica, then 20 x (edit + replica)
 	require.Len(t, offs, 44)
 	target := offs[8] // the third edit, followed by valid ones
-	flip(t, fsys, files[0], target+frameHeaderSize+2)
+	testutil.FlipByte(t, fsys, files[0], target+frameHeaderSize+2, 0x40)
 
 	_, _, _, err := Open(fsys, testDir, Options{})
-	var ce *corruption.Error
-	require.ErrorAs(t, err, &ce)
-	require.ErrorIs(t, err, corruption.ErrCorrupt)
+	ce := testutil.RequireCorrupt(t, err)
 	require.Equal(t, files[0], ce.Path)
 	require.Equal(t, target, ce.Offset)
-}
-
-func flip(t testing.TB, fsys vfs.FS, path string, off int64) {
-	t.Helper()
-	f, err := fsys.OpenReadWrite(path)
-	require.NoError(t, err)
-	b := make([]byte, 1)
-	_, err = f.ReadAt(b, off)
-	require.NoError(t, err)
-	b[0] ^= 0x40
-	_, err = f.WriteAt(b, off)
-	require.NoError(t, err)
-	require.NoError(t, f.Sync())
-	require.NoError(t, f.Close())
 }
 
 func TestUnknownVersionRefused(t *testing.T) {
@@ -333,8 +318,7 @@ func TestSequenceAndReplayCorruption(t *testing.T) {
 			path := writeFile(t, fsys, 1, frames...)
 			offs := frameOffsets(t, fsys, path)
 			_, _, _, err := Open(fsys, testDir, Options{})
-			var ce *corruption.Error
-			require.ErrorAs(t, err, &ce)
+			ce := testutil.RequireCorrupt(t, err)
 			require.Equal(t, path, ce.Path)
 			require.Contains(t, offs, ce.Offset)
 			t.Log(err)
@@ -508,11 +492,7 @@ func TestGroupCommitSharesSync(t *testing.T) {
 	cfs := vfs.NewCounting(mem)
 	l, _, _ := openLog(t, cfs, Options{})
 	defer l.Close()
-	queued := func() int {
-		l.mu.Lock()
-		defer l.mu.Unlock()
-		return len(l.queue)
-	}
+	queued := l.gc.Queued
 	var once sync.Once
 	mem.SetSyncHook(func(ev vfs.SyncEvent) {
 		if ev.Before && ev.Kind == vfs.FileSync {
@@ -535,10 +515,7 @@ func TestGroupCommitSharesSync(t *testing.T) {
 		if i == 1 {
 			// Let the first commit become the leader and reach its sync.
 			for {
-				l.mu.Lock()
-				busy := l.writing && len(l.queue) == 0
-				l.mu.Unlock()
-				if busy {
+				if l.gc.Held() && l.gc.Queued() == 0 {
 					break
 				}
 				runtime.Gosched()

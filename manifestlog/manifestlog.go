@@ -81,6 +81,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/segkv/segkv/internal/groupcommit"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
 )
@@ -191,15 +192,11 @@ const filePrefix = "MANIFEST-"
 // anyway.
 const maxEditBytes = wal.MaxPayload - 64
 
-// pending is a queued commit. The token holder fills seq/err and signals wake.
+// pending is a queued commit: what the leader that writes it needs.
 type pending struct {
 	payload []byte
 	edit    Edit // owned copy (keys cloned)
 	seq     uint64
-	lead    bool // woken to lead the next batch rather than because it is done
-	done    bool
-	err     error
-	wake    chan struct{}
 }
 
 // pendInfo tracks ids touched by queued, not yet durable edits, so that
@@ -224,7 +221,8 @@ type Log struct {
 
 	mu sync.Mutex
 	// The current generation. f, end, synced and alloc change only while
-	// the write token is held (writing == true).
+	// the write token is held: by a group's leader or by whoever holds gc
+	// exclusively (rotation, Close).
 	f       vfs.File
 	path    string
 	gen     uint64
@@ -250,9 +248,12 @@ type Log struct {
 	// Queued (not yet durable) edits.
 	tipSeq, tipNextID, tipNextOrder uint64
 	pend                            map[uint64]*pendInfo
-	queue                           []*pending
-	writing                         bool            // the write token is held
-	tokenWaiters                    []chan struct{} // rotation/Close waiting for the token
+
+	// gc is the write token and the group commit of queued edits
+	// (internal/groupcommit): its leaders run writeBatch. Edits are
+	// enqueued under mu, so file order is sequence order; mu is never
+	// held while waiting for gc (writeBatch takes it).
+	gc *groupcommit.Queue[*pending]
 
 	err       error // sticky failure
 	closed    bool
@@ -392,12 +393,12 @@ func (l *Log) Close() error {
 	l.wg.Wait()
 	l.rotMu.Lock()
 	defer l.rotMu.Unlock()
+	l.gc.Acquire()
+	// Commits queued before Close set closed are written; the first error
+	// stops that and has failed the rest (they return it).
+	_ = l.gc.FlushQueued()
 	l.mu.Lock()
-	l.acquireToken()
-	for len(l.queue) > 0 && l.err == nil {
-		l.writeBatch()
-	}
-	l.failQueue(ErrClosed)
+	l.gc.FailQueued(ErrClosed)
 	f := l.f
 	l.f = nil
 	l.mu.Unlock()

@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/internal/groupcommit"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
 )
@@ -221,7 +222,7 @@ func (r *replayer) restoreFromGroupReplica(f vfs.File, y, limit int64) (int64, e
 	}
 	off = y
 	for _, p := range rec.payloads[k:] {
-		if p[0] == kindReplica {
+		if recordKind(p[0]) == kindReplica {
 			return -1, r.corrupt(fr.Off, "replica holds a replica record")
 		}
 		if err := r.frame(wal.Frame{Off: off, Watermark: fr.Watermark, Payload: p}); err != nil {
@@ -458,7 +459,9 @@ func (r *replayer) edit(off int64, rec *record) error {
 }
 
 func newLog() *Log {
-	return &Log{segs: map[uint64]SegmentMeta{}, pend: map[uint64]*pendInfo{}}
+	l := &Log{segs: map[uint64]SegmentMeta{}, pend: map[uint64]*pendInfo{}}
+	l.gc = groupcommit.New(l.writeBatch, nil)
+	return l
 }
 
 // Open opens the manifest log in dir, creating a fresh one if none exists,

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
 )
@@ -112,7 +112,7 @@ func TestReplicaRestoresActivate(t *testing.T) {
 	ckptEnd, path := l.ckptEnd, l.path
 	l.mu.Unlock()
 	require.NoError(t, l.Close())
-	flip(t, fsys, path, ckptEnd+frameHeaderSize) // the activate record's kind byte
+	testutil.FlipByte(t, fsys, path, ckptEnd+frameHeaderSize, 0x40) // the activate record's kind byte
 	require.Len(t, manifestFiles(t, fsys), 1, "the older generation is gone: without the activate record nothing would open")
 
 	l2, got, rep := openLog(t, fsys, Options{})
@@ -168,8 +168,7 @@ func TestReplicaMismatchIsCorruption(t *testing.T) {
 			path := filepath.Join(testDir, genName(1))
 			writeRaw(t, fsys, path, buf)
 			_, _, _, err := Open(fsys, testDir, Options{})
-			var ce *corruption.Error
-			require.ErrorAs(t, err, &ce)
+			ce := testutil.RequireCorrupt(t, err)
 			require.Equal(t, path, ce.Path)
 			if tc.damageFirst {
 				// The surviving third edit disagrees with the replica.

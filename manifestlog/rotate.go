@@ -233,14 +233,18 @@ func (l *Log) rotate() error {
 		return err
 	}
 
-	l.acquireToken()
+	// Take the write token; mu is released meanwhile, as a group's leader
+	// needs it.
+	l.mu.Unlock()
+	l.gc.Acquire()
+	l.mu.Lock()
 	if l.err != nil || l.f == nil {
 		ferr := l.err
 		if ferr == nil {
 			ferr = ErrClosed
 		}
 		l.unfreeze()
-		l.release()
+		l.gc.Release()
 		l.mu.Unlock()
 		l.discard(f, path)
 		return ferr
@@ -265,7 +269,8 @@ func (l *Log) rotate() error {
 		l.err = fmt.Errorf("%w: activating %s: %w", ErrFailed, path, err)
 		l.log.Error("manifestlog: rotation failed after activation write; refusing further commits", "path", path, "err", err)
 		l.unfreeze()
-		l.release()
+		l.gc.Fail(l.err)
+		l.gc.Release()
 		l.mu.Unlock()
 		f.Close()
 		return l.err
@@ -283,7 +288,7 @@ func (l *Log) rotate() error {
 	j, _ := slices.BinarySearchFunc(l.rems, s.seq+1, func(r removed, t uint64) int { return cmpU64(r.seq, t) })
 	l.rems = slices.Clone(l.rems[j:])
 	l.stats.Rotations++
-	l.release()
+	l.gc.Release()
 	l.mu.Unlock()
 
 	if err := old.Close(); err != nil {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
@@ -738,12 +739,12 @@ func atManualCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, in
 	keys := keyNames(keySpace)
 	rng := rand.New(rand.NewPCG(seed, 0xa11))
 	mem := vfs.NewMem()
-	rec := &rlRecorder{mem: mem, rng: rand.New(rand.NewPCG(seed, 78))}
+	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, 78)))
 	history := []model{{}}
 	cur := func() model { return history[len(history)-1] }
 	liveKeys := map[string]bool{} // keys written to the live file since the last seal
-	begin := func(next model) { history = append(history, next); rec.started.Add(1) }
-	durable := func() { rec.acked.Store(rec.started.Load()) }
+	begin := func(next model) { history = append(history, next); rec.Started.Add(1) }
+	durable := func() { rec.Acked.Store(rec.Started.Load()) }
 
 	peer := mustOpen(t, "/peer", &Options{FS: vfs.NewMem(), SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}})
 	defer peer.Close()
@@ -754,7 +755,7 @@ func atManualCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, in
 			Merge: MergeOptions{MinRun: 2, SizeRatio: 8}}
 	}
 	s := mustOpen(t, "/db", opts(mem))
-	mem.SetSyncHook(rec.hook)
+	mem.SetSyncHook(rec.Hook)
 	for i := 0; i < steps; i++ {
 		switch r := rng.IntN(100); {
 		case r < 50:
@@ -767,9 +768,9 @@ func atManualCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, in
 				liveKeys[o.key] = true
 			}
 		case r < 60:
-			n := rec.started.Load()
+			n := rec.Started.Load()
 			require.NoError(t, s.Seal())
-			rec.acked.Store(n)
+			rec.Acked.Store(n)
 			clear(liveKeys)
 		case r < 66:
 			require.NoError(t, s.Compact(t.Context()))
@@ -798,9 +799,9 @@ func atManualCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, in
 			require.NoError(t, err)
 			durable()
 		case r < 88:
-			n := rec.started.Load()
+			n := rec.Started.Load()
 			require.NoError(t, s.Sync())
-			rec.acked.Store(n)
+			rec.Acked.Store(n)
 		case r < 93:
 			require.NoError(t, fullDiff(s, cur(), keys))
 		default:
@@ -813,15 +814,13 @@ func atManualCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, in
 	mem.SetSyncHook(nil)
 	require.NoError(t, s.Close())
 
-	rec.mu.Lock()
-	points := rec.points
-	rec.mu.Unlock()
+	points := rec.Points()
 	wrong := 0
 	for _, p := range points {
 		if err := checkCrashPoint(p, history, keys); err != nil {
 			wrong++
 			if wrong <= 5 {
-				t.Errorf("%v seed %d point %s (durable %d, started %d): %v", mode, seed, p.label, p.lo, p.hi, err)
+				t.Errorf("%v seed %d point %s (durable %d, started %d): %v", mode, seed, p.Label, p.Lo, p.Hi, err)
 			}
 		}
 	}
@@ -964,7 +963,7 @@ func atSealTrial(t *testing.T, spare bool, f vfs.Fault, linux bool, out *atSealO
 	var wants []model
 	var labels []string
 	snap := func(when string) {
-		for _, mode := range rlModes {
+		for _, mode := range testutil.CrashModes() {
 			imgs = append(imgs, mem.CrashClone(mode, rng))
 			wants = append(wants, m.clone())
 			labels = append(labels, fmt.Sprintf("%s, %s, %v", label, when, mode))
@@ -1096,7 +1095,7 @@ func atSealWindowCrash(t *testing.T, mode SyncMode, inline bool) {
 	cur := func() model { return history[len(history)-1] }
 	var acked, started int64
 	var mu sync.Mutex
-	var points []rlPoint
+	var points []testutil.CrashPoint
 	crng := rand.New(rand.NewPCG(5, 5))
 	var hold chan struct{}
 	held := make(chan struct{}, 1)
@@ -1104,9 +1103,9 @@ func atSealWindowCrash(t *testing.T, mode SyncMode, inline bool) {
 	mem.SetSyncHook(func(ev vfs.SyncEvent) {
 		mu.Lock()
 		if capture {
-			for _, m := range rlModes {
-				points = append(points, rlPoint{fs: mem.CrashClone(m, crng), lo: int(acked), hi: int(started), mode: m,
-					label: fmt.Sprintf("%v before=%v %s inline=%v", ev.Kind, ev.Before, ev.Name, inline)})
+			for _, m := range testutil.CrashModes() {
+				points = append(points, testutil.CrashPoint{FS: mem.CrashClone(m, crng), Lo: int(acked), Hi: int(started), Mode: m,
+					Label: fmt.Sprintf("%v before=%v %s inline=%v", ev.Kind, ev.Before, ev.Name, inline)})
 			}
 		}
 		h := hold
@@ -1187,7 +1186,7 @@ func atSealWindowCrash(t *testing.T, mode SyncMode, inline bool) {
 		if err := checkCrashPoint(p, history, keys); err != nil {
 			wrong++
 			if wrong <= 5 {
-				t.Errorf("%v %s mode %v (acked %d, started %d): %v", mode, p.label, p.mode, p.lo, p.hi, err)
+				t.Errorf("%v %s mode %v (acked %d, started %d): %v", mode, p.Label, p.Mode, p.Lo, p.Hi, err)
 			}
 		}
 	}

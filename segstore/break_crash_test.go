@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -20,13 +21,13 @@ func TestBreakRangeCrashEverySyncPoint(t *testing.T) {
 	keys := append(keyNames(40), "", "probe")
 	for round := range 3 {
 		mem := vfs.NewMem()
-		rec := &rlRecorder{mem: mem, rng: rand.New(rand.NewPCG(uint64(round), 9))}
+		rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(uint64(round), 9)))
 		s := mustOpen(t, "/db", rlCrashOptions(mem))
-		mem.SetSyncHook(rec.hook)
+		mem.SetSyncHook(rec.Hook)
 		history := []model{{}}
 		for i, st := range rangeFaultWorkload(stream, delta) {
 			cur := history[len(history)-1]
-			rec.started.Add(1)
+			rec.Started.Add(1)
 			next, err := st.run(s, cur)
 			require.NoError(t, err, "step %d %s", i, st.name)
 			if next != nil {
@@ -34,20 +35,18 @@ func TestBreakRangeCrashEverySyncPoint(t *testing.T) {
 			} else {
 				history = append(history, cur)
 			}
-			rec.acked.Add(1)
+			rec.Acked.Add(1)
 		}
 		mem.SetSyncHook(nil)
 		require.NoError(t, fullDiff(s, history[len(history)-1], keys))
 		require.NoError(t, s.Close())
-		rec.mu.Lock()
-		points := rec.points
-		rec.mu.Unlock()
+		points := rec.Points()
 		wrong := 0
 		for _, p := range points {
 			if err := checkCrashPoint(p, history, keys); err != nil {
 				wrong++
 				if wrong < 5 {
-					t.Errorf("round %d crash point %s mode %v (acked %d, started %d): %v", round, p.label, p.mode, p.lo, p.hi, err)
+					t.Errorf("round %d crash point %s mode %v (acked %d, started %d): %v", round, p.Label, p.Mode, p.Lo, p.Hi, err)
 				}
 			}
 		}
@@ -66,15 +65,15 @@ func TestBreakRangeCrashSyncManual(t *testing.T) {
 	keys := append(keyNames(40), "", "probe")
 	for round := range 2 {
 		mem := vfs.NewMem()
-		rec := &rlRecorder{mem: mem, rng: rand.New(rand.NewPCG(uint64(round), 10))}
+		rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(uint64(round), 10)))
 		o := rlCrashOptions(mem)
 		o.Sync = SyncManual
 		s := mustOpen(t, "/db", o)
-		mem.SetSyncHook(rec.hook)
+		mem.SetSyncHook(rec.Hook)
 		history := []model{{}}
 		for i, st := range rangeFaultWorkload(stream, delta) {
 			cur := history[len(history)-1]
-			rec.started.Add(1)
+			rec.Started.Add(1)
 			next, err := st.run(s, cur)
 			require.NoError(t, err, "step %d %s", i, st.name)
 			if next != nil {
@@ -86,14 +85,12 @@ func TestBreakRangeCrashSyncManual(t *testing.T) {
 				if st.name != "seal" && st.name != "import" {
 					require.NoError(t, s.Sync())
 				}
-				rec.acked.Store(rec.started.Load())
+				rec.Acked.Store(rec.Started.Load())
 			}
 		}
 		mem.SetSyncHook(nil)
 		require.NoError(t, s.Close())
-		rec.mu.Lock()
-		points := rec.points
-		rec.mu.Unlock()
+		points := rec.Points()
 		wrong := 0
 		for _, p := range points {
 			if err := checkCrashPointOpts(p, history, keys, func(fs vfs.FS) *Options {
@@ -103,7 +100,7 @@ func TestBreakRangeCrashSyncManual(t *testing.T) {
 			}); err != nil {
 				wrong++
 				if wrong < 5 {
-					t.Errorf("round %d crash point %s mode %v (acked %d, started %d): %v", round, p.label, p.mode, p.lo, p.hi, err)
+					t.Errorf("round %d crash point %s mode %v (acked %d, started %d): %v", round, p.Label, p.Mode, p.Lo, p.Hi, err)
 				}
 			}
 		}
@@ -112,16 +109,16 @@ func TestBreakRangeCrashSyncManual(t *testing.T) {
 }
 
 // checkCrashPointOpts is checkCrashPoint with the options to open with.
-func checkCrashPointOpts(p rlPoint, history []model, keys []string, opts func(vfs.FS) *Options) error {
-	gs, err := openGated("/db", opts(p.fs))
+func checkCrashPointOpts(p testutil.CrashPoint, history []model, keys []string, opts func(vfs.FS) *Options) error {
+	gs, err := openGated("/db", opts(p.FS))
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
 	defer gs.closeAll()
-	for k := p.lo; k <= p.hi && k < len(history); k++ {
+	for k := p.Lo; k <= p.Hi && k < len(history); k++ {
 		if fullDiff(gs.Store, history[k], keys) == nil {
 			return gs.Check()
 		}
 	}
-	return fmt.Errorf("state is no acknowledged prefix: vs %d ops: %v", p.lo, fullDiff(gs.Store, history[p.lo], keys))
+	return fmt.Errorf("state is no acknowledged prefix: vs %d ops: %v", p.Lo, fullDiff(gs.Store, history[p.Lo], keys))
 }

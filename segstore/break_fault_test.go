@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -152,7 +153,7 @@ func runRangeFault(t *testing.T, o vfs.Op, n int, persistent bool) (int, error) 
 	_ = failed
 	rng := rand.New(rand.NewPCG(1, uint64(n)))
 	var imgs []*vfs.Mem
-	for _, mode := range rlModes {
+	for _, mode := range testutil.CrashModes() {
 		imgs = append(imgs, mem.CrashClone(mode, rng))
 	}
 	s.Close()
@@ -162,8 +163,8 @@ func runRangeFault(t *testing.T, o vfs.Op, n int, persistent bool) (int, error) 
 	arm.mu.Unlock()
 	for i, img := range imgs {
 		what := "no crash"
-		if i < len(rlModes) {
-			what = fmt.Sprint(rlModes[i])
+		if i < len(testutil.CrashModes()) {
+			what = fmt.Sprint(testutil.CrashModes()[i])
 		}
 		gs, err := openGated("/db", opts(img))
 		if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -109,7 +110,7 @@ func runFailedOpCrash(t *testing.T, op, failName string, arm func(*vfs.Faulty, *
 	var labels []string
 	var wants []model // the acknowledged state when each image was taken
 	snap := func(when string) {
-		for _, mode := range rlModes {
+		for _, mode := range testutil.CrashModes() {
 			images = append(images, mem.CrashClone(mode, rng))
 			labels = append(labels, fmt.Sprintf("%s, %v", when, mode))
 			wants = append(wants, m.clone())

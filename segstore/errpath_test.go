@@ -22,7 +22,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
@@ -311,11 +311,9 @@ func epContinuation(t *testing.T) (*vfs.Mem, string, model) {
 func epFrames(t *testing.T, data []byte, path string) []int64 {
 	t.Helper()
 	var offs []int64
-	_, err := wal.Scan(bytes.NewReader(data), path, segment.HeaderSize, int64(len(data)), func(off int64, _ []byte) error {
-		offs = append(offs, off)
-		return nil
-	})
-	require.NoError(t, err)
+	for _, fr := range testutil.Frames(t, data, path, segment.HeaderSize) {
+		offs = append(offs, fr.Off)
+	}
 	return offs
 }
 
@@ -414,8 +412,7 @@ func TestRecoveryKeepsUnreadableContinuation(t *testing.T) {
 				"%s has damage in a synced frame; Open succeeded (file still present: %v); recovery %+v", cont, serr == nil, rep)
 		}
 		t.Logf("Open: %v", err)
-		var ce *corruption.Error
-		require.ErrorAs(t, err, &ce)
+		ce := testutil.RequireCorrupt(t, err)
 		require.Equal(t, cont, ce.Path, "the corruption error must name the continuation")
 		after, err := img.ReadFile(cont)
 		require.NoError(t, err, "the damaged continuation must not be removed")

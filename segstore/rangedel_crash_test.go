@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -136,7 +137,7 @@ func (st *rdCrashStats) count(s *Store) {
 }
 
 func TestRangeDelCrashEverySyncPoint(t *testing.T) {
-	seeds := crashSeeds(t, 3)
+	seeds := testutil.CrashSeeds(t, 3)
 	const steps = 160
 	var points, wrong int
 	var st rdCrashStats
@@ -162,7 +163,7 @@ func runRangeDelCrash(t *testing.T, seed uint64, steps int, st *rdCrashStats, pe
 	rng := rand.New(rand.NewPCG(seed, 0xde1))
 	ctx := t.Context()
 	mem := vfs.NewMem()
-	rec := &rlRecorder{mem: mem, rng: rand.New(rand.NewPCG(seed, 0xde2))}
+	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, 0xde2)))
 	history := []model{{}} // history[i]: the state after i acknowledged operations
 	cur := func() model { return history[len(history)-1] }
 	n := 0
@@ -172,16 +173,16 @@ func runRangeDelCrash(t *testing.T, seed uint64, steps int, st *rdCrashStats, pe
 	}
 
 	s := mustOpen(t, "/db", rlCrashOptions(mem))
-	mem.SetSyncHook(rec.hook)
+	mem.SetSyncHook(rec.Hook)
 	// A first state with keys to delete, in a sealed segment and live.
 	for i := 0; i < keySpace; i += 2 {
 		next := cur().clone()
 		k := fmt.Sprintf("key-%03d", i)
 		next[k] = value()
 		history = append(history, next)
-		rec.started.Add(1)
+		rec.Started.Add(1)
 		require.NoError(t, s.Put([]byte(k), []byte(next[k])))
-		rec.acked.Add(1)
+		rec.Acked.Add(1)
 		if i == keySpace/2 {
 			require.NoError(t, s.Seal())
 		}
@@ -204,9 +205,9 @@ func runRangeDelCrash(t *testing.T, seed uint64, steps int, st *rdCrashStats, pe
 			// Publish the state before the write can become durable, so
 			// that a crash image showing it finds it in history.
 			history = append(history, next)
-			rec.started.Add(1)
+			rec.Started.Add(1)
 			require.NoError(t, writeRangeOps(s, ops), "%v", ops)
-			rec.acked.Add(1)
+			rec.Acked.Add(1)
 			st.writes++
 			if len(ops) > 1 {
 				st.batches++
@@ -233,19 +234,13 @@ func runRangeDelCrash(t *testing.T, seed uint64, steps int, st *rdCrashStats, pe
 		default:
 			// Power loss now: continue on the image. Nothing is in flight,
 			// so the image must show exactly the acknowledged history.
-			rec.mu.Lock()
-			mode := rlModes[rng.IntN(len(rlModes))]
-			img := mem.CrashClone(mode, rec.rng)
-			rec.mem = nil
-			rec.mu.Unlock()
+			img, mode := rec.Crash(rng)
 			mem.SetSyncHook(nil)
 			st.count(s)
 			s.Close() // on the old file system, which is gone
 			mem = img
-			mem.SetSyncHook(rec.hook)
-			rec.mu.Lock()
-			rec.mem = mem
-			rec.mu.Unlock()
+			mem.SetSyncHook(rec.Hook)
+			rec.SetMem(mem)
 			s = mustOpen(t, "/db", rlCrashOptions(mem))
 			require.NoError(t, fullDiff(s, cur(), keys), "after a crash (%v) with nothing in flight", mode)
 			require.NoError(t, s.Check())
@@ -257,16 +252,14 @@ func runRangeDelCrash(t *testing.T, seed uint64, steps int, st *rdCrashStats, pe
 	st.count(s)
 	require.NoError(t, s.Close())
 
-	rec.mu.Lock()
-	points := rec.points
-	rec.mu.Unlock()
+	points := rec.Points()
 	wrong := 0
 	for _, p := range points {
-		perMode[p.mode]++
+		perMode[p.Mode]++
 		if err := checkCrashPoint(p, history, keys); err != nil {
 			wrong++
 			if wrong <= 10 {
-				t.Errorf("seed %d crash point %s mode %v (acked %d, started %d): %v", seed, p.label, p.mode, p.lo, p.hi, err)
+				t.Errorf("seed %d crash point %s mode %v (acked %d, started %d): %v", seed, p.Label, p.Mode, p.Lo, p.Hi, err)
 			}
 		}
 	}

@@ -3,7 +3,6 @@ package segstore
 import (
 	"errors"
 	"fmt"
-	"github.com/segkv/segkv/index"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -14,9 +13,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/vfs"
-	"github.com/segkv/segkv/wal"
 )
 
 // Corruption that no crash can produce: random bit flips in a sealed data
@@ -164,17 +164,10 @@ type frameSpan struct {
 
 // manifestFrames lists the frames of a manifest generation.
 func manifestFrames(t *testing.T, b []byte) []frameSpan {
-	mem := vfs.NewMem()
-	require.NoError(t, mem.WriteFile("/m", b))
-	f, err := mem.Open("/m")
-	require.NoError(t, err)
-	defer f.Close()
 	var out []frameSpan
-	_, err = wal.ScanFrames(f, "/m", 0, int64(len(b)), func(fr wal.Frame) error {
+	for _, fr := range testutil.Frames(t, b, "/m", 0) {
 		out = append(out, frameSpan{fr.Off, fr.Off + fr.Size(), fr.Watermark})
-		return nil
-	})
-	require.NoError(t, err)
+	}
 	return out
 }
 

@@ -7,11 +7,11 @@ import (
 	"math/rand/v2"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -24,50 +24,6 @@ import (
 // instant leaves, in one of the vfs crash modes, round-robin. Each image is
 // opened and compared with the model of acknowledged history.
 
-// rlModes are every crash mode of vfs.Mem.
-var rlModes = []vfs.CrashMode{
-	vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset,
-	vfs.CrashGarbageTail, vfs.CrashMetadataPrefix, vfs.CrashTornSectors,
-}
-
-// rlPoint is one crash image and the window of history it may show: at
-// least lo operations were acknowledged before it was taken, at most hi had
-// started.
-type rlPoint struct {
-	fs     *vfs.Mem
-	lo, hi int
-	mode   vfs.CrashMode
-	label  string
-}
-
-type rlRecorder struct {
-	mu      sync.Mutex
-	mem     *vfs.Mem // nil while the workload switches file systems
-	rng     *rand.Rand
-	n       int
-	points  []rlPoint
-	acked   atomic.Int64 // logical operations acknowledged
-	started atomic.Int64 // logical operations begun (>= acked)
-}
-
-func (r *rlRecorder) hook(ev vfs.SyncEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.mem == nil {
-		return
-	}
-	// acked before the image: everything acknowledged by then was synced
-	// by an earlier barrier. started after it: nothing begun later can be
-	// in the image.
-	lo := int(r.acked.Load())
-	mode := rlModes[r.n%len(rlModes)]
-	r.n++
-	img := r.mem.CrashClone(mode, r.rng)
-	hi := int(r.started.Load())
-	r.points = append(r.points, rlPoint{fs: img, lo: lo, hi: hi, mode: mode,
-		label: fmt.Sprintf("#%d %v before=%v %s", r.n, ev.Kind, ev.Before, ev.Name)})
-}
-
 func rlCrashOptions(fsys vfs.FS) *Options {
 	return &Options{FS: fsys, SegmentSize: 4 << 10, Merge: MergeOptions{MinRun: 2, SizeRatio: 8}}
 }
@@ -78,7 +34,7 @@ type rlWorkloadStats struct {
 }
 
 func TestReliabilityCrashEverySyncPoint(t *testing.T) {
-	seeds := crashSeeds(t, 3)
+	seeds := testutil.CrashSeeds(t, 3)
 	const steps = 170
 	var points, wrong int
 	var st rlWorkloadStats
@@ -105,16 +61,16 @@ func runReliabilityCrash(t *testing.T, seed uint64, steps int, st *rlWorkloadSta
 	rng := rand.New(rand.NewPCG(seed, 0x5e9))
 	ctx := t.Context()
 	mem := vfs.NewMem()
-	rec := &rlRecorder{mem: mem, rng: rand.New(rand.NewPCG(seed, 77))}
+	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, 77)))
 	history := []model{{}} // history[i]: the state after i acknowledged operations
 	cur := func() model { return history[len(history)-1] }
 	// begin publishes the state after the next operation before it can
 	// become durable; end acknowledges it.
 	begin := func(next model) {
 		history = append(history, next)
-		rec.started.Add(1)
+		rec.Started.Add(1)
 	}
-	end := func() { rec.acked.Add(1) }
+	end := func() { rec.Acked.Add(1) }
 
 	// The peer whose exported segments are imported: its own file system,
 	// no merges, so that each export holds exactly one delta.
@@ -132,7 +88,7 @@ func runReliabilityCrash(t *testing.T, seed uint64, steps int, st *rlWorkloadSta
 	}
 
 	s := mustOpen(t, "/db", rlCrashOptions(mem))
-	mem.SetSyncHook(rec.hook)
+	mem.SetSyncHook(rec.Hook)
 	for i := 0; i < steps; i++ {
 		switch r := rng.IntN(100); {
 		case r < 52:
@@ -216,18 +172,12 @@ func runReliabilityCrash(t *testing.T, seed uint64, steps int, st *rlWorkloadSta
 		case r < 97:
 			// Power loss now: continue on the image. Nothing is in flight,
 			// so the image must show exactly the acknowledged history.
-			rec.mu.Lock()
-			mode := rlModes[rng.IntN(len(rlModes))]
-			img := mem.CrashClone(mode, rec.rng)
-			rec.mem = nil
-			rec.mu.Unlock()
+			img, mode := rec.Crash(rng)
 			mem.SetSyncHook(nil)
 			s.Close() // on the old file system, which is gone
 			mem = img
-			mem.SetSyncHook(rec.hook)
-			rec.mu.Lock()
-			rec.mem = mem
-			rec.mu.Unlock()
+			mem.SetSyncHook(rec.Hook)
+			rec.SetMem(mem)
 			s = mustOpen(t, "/db", rlCrashOptions(mem))
 			require.NoError(t, fullDiff(s, cur(), keys), "after a crash (%v) with nothing in flight", mode)
 			st.crashReopens++
@@ -239,16 +189,14 @@ func runReliabilityCrash(t *testing.T, seed uint64, steps int, st *rlWorkloadSta
 	mem.SetSyncHook(nil)
 	require.NoError(t, s.Close())
 
-	rec.mu.Lock()
-	points := rec.points
-	rec.mu.Unlock()
+	points := rec.Points()
 	wrong := 0
 	for _, p := range points {
-		perMode[p.mode]++
+		perMode[p.Mode]++
 		if err := checkCrashPoint(p, history, keys); err != nil {
 			wrong++
 			if wrong <= 10 {
-				t.Errorf("seed %d crash point %s mode %v (acked %d, started %d): %v", seed, p.label, p.mode, p.lo, p.hi, err)
+				t.Errorf("seed %d crash point %s mode %v (acked %d, started %d): %v", seed, p.Label, p.Mode, p.Lo, p.Hi, err)
 			}
 		}
 	}
@@ -256,18 +204,18 @@ func runReliabilityCrash(t *testing.T, seed uint64, steps int, st *rlWorkloadSta
 }
 
 // checkCrashPoint opens a crash image and checks it against history.
-func checkCrashPoint(p rlPoint, history []model, keys []string) error {
-	o := rlCrashOptions(p.fs)
+func checkCrashPoint(p testutil.CrashPoint, history []model, keys []string) error {
+	o := rlCrashOptions(p.FS)
 	gs, err := openGated("/db", o)
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
 	defer gs.closeAll()
-	if orph, err := orphans(p.fs, gs.Store); err != nil || len(orph) > 0 {
+	if orph, err := orphans(p.FS, gs.Store); err != nil || len(orph) > 0 {
 		return fmt.Errorf("after open: orphan files %v (err %v), report %+v", orph, err, gs.RecoveryReport())
 	}
 	matched := -1
-	for k := p.lo; k <= p.hi && k < len(history); k++ {
+	for k := p.Lo; k <= p.Hi && k < len(history); k++ {
 		if fullDiff(gs.Store, history[k], keys) == nil {
 			matched = k
 			break
@@ -275,7 +223,7 @@ func checkCrashPoint(p rlPoint, history []model, keys []string) error {
 	}
 	if matched < 0 {
 		return fmt.Errorf("state is no acknowledged prefix: vs %d ops: %v; vs %d ops: %v",
-			p.lo, fullDiff(gs.Store, history[p.lo], keys), p.hi, fullDiff(gs.Store, history[min(p.hi, len(history)-1)], keys))
+			p.Lo, fullDiff(gs.Store, history[p.Lo], keys), p.Hi, fullDiff(gs.Store, history[min(p.Hi, len(history)-1)], keys))
 	}
 	if err := gs.Check(); err != nil {
 		return fmt.Errorf("check: %w", err)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -305,12 +306,12 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 	// Power loss now, in every mode; then a clean close.
 	var imgs []*vfs.Mem
 	if !closed {
-		for _, mode := range rlModes {
+		for _, mode := range testutil.CrashModes() {
 			imgs = append(imgs, mem.CrashClone(mode, rng))
 		}
 		s.Close()
 	} else {
-		for _, mode := range rlModes {
+		for _, mode := range testutil.CrashModes() {
 			imgs = append(imgs, mem.CrashClone(mode, rng))
 		}
 	}
@@ -344,7 +345,7 @@ func runFaultTrial(t *testing.T, streams [][]byte, deltas []model, o vfs.Op, n i
 		return nil
 	}
 	for i, img := range imgs {
-		if err := check(img, fmt.Sprintf("reopen after crash (%v)", rlModes[i])); err != nil {
+		if err := check(img, fmt.Sprintf("reopen after crash (%v)", testutil.CrashModes()[i])); err != nil {
 			return out, fty, err
 		}
 	}

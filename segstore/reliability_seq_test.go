@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
@@ -107,22 +108,14 @@ type editFrame struct {
 // manifestEdits returns the frames of a manifest and the edit records among
 // them (kind 4), with their sequence numbers.
 func manifestEdits(t *testing.T, b []byte) (frames []frameSpan, edits []editFrame) {
-	mem := vfs.NewMem()
-	require.NoError(t, mem.WriteFile("/m", b))
-	f, err := mem.Open("/m")
-	require.NoError(t, err)
-	defer f.Close()
-	_, err = wal.Scan(f, "/m", 0, int64(len(b)), func(off int64, payload []byte) error {
-		frames = append(frames, frameSpan{off: off, end: off + wal.HeaderSize + int64(len(payload))})
-		if payload[0] == 4 {
-			seq, n := binary.Uvarint(payload[1:])
+	for _, fr := range testutil.Frames(t, b, "/m", 0) {
+		frames = append(frames, frameSpan{off: fr.Off, end: fr.Off + fr.Size()})
+		if fr.Payload[0] == 4 {
+			seq, n := binary.Uvarint(fr.Payload[1:])
 			require.Positive(t, n)
-			edits = append(edits, editFrame{off: off, watermark: binary.LittleEndian.Uint64(b[off+16:]),
-				payload: slices.Clone(payload), seq: seq})
+			edits = append(edits, editFrame{off: fr.Off, watermark: fr.Watermark, payload: fr.Payload, seq: seq})
 		}
-		return nil
-	})
-	require.NoError(t, err)
+	}
 	return frames, edits
 }
 

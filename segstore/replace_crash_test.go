@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -23,7 +24,7 @@ import (
 // new state with the writes acknowledged after it; never a mixture, never a
 // write from the old live file brought back, no file left behind.
 func TestReplaceAllCrashEverySyncPoint(t *testing.T) {
-	seeds := crashSeeds(t, 1)
+	seeds := testutil.CrashSeeds(t, 1)
 	for _, mode := range []SyncMode{SyncAlways, SyncManual} {
 		t.Run(mode.String(), func(t *testing.T) {
 			var points, inReplace, reused int
@@ -121,19 +122,19 @@ func runReplaceCrash(t *testing.T, seed uint64, mode SyncMode) (points, inReplac
 		keys = append(keys, fmt.Sprintf("a-%03d", i))
 	}
 	mem := vfs.NewMem()
-	rec := &rlRecorder{mem: mem, rng: rand.New(rand.NewPCG(seed, 5))}
+	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, 5)))
 	history := []model{{}}
 	cur := func() model { return history[len(history)-1] }
 	begin := func(next model) {
 		history = append(history, next)
-		rec.started.Add(1)
+		rec.Started.Add(1)
 	}
-	ackAll := func() { rec.acked.Store(int64(len(history) - 1)) }
+	ackAll := func() { rec.Acked.Store(int64(len(history) - 1)) }
 	opts := func(fsys vfs.FS) *Options {
 		return &Options{FS: fsys, Sync: mode, SegmentSize: 4 << 10, Merge: MergeOptions{Disable: true}}
 	}
 	b := mustOpen(t, "/db", opts(mem))
-	mem.SetSyncHook(rec.hook)
+	mem.SetSyncHook(rec.Hook)
 	writes := func(n int) {
 		for range n {
 			ops := randomOps(rng, 1+rng.IntN(3), keySpace)
@@ -168,9 +169,7 @@ func runReplaceCrash(t *testing.T, seed uint64, mode SyncMode) (points, inReplac
 
 	var read atomic.Int64
 	points0 := func() int {
-		rec.mu.Lock()
-		defer rec.mu.Unlock()
-		return len(rec.points)
+		return len(rec.Points())
 	}
 	before := points0()
 	begin(newModel.clone())
@@ -193,14 +192,15 @@ func runReplaceCrash(t *testing.T, seed uint64, mode SyncMode) (points, inReplac
 	}
 	mem.SetSyncHook(nil)
 	require.NoError(t, b.Close())
-	rec.points = append(rec.points, rlPoint{fs: mem, lo: len(history) - 1, hi: len(history) - 1, label: "clean close"})
+	rec.Add(testutil.CrashPoint{FS: mem, Lo: len(history) - 1, Hi: len(history) - 1, Label: "clean close"})
 
-	for _, p := range rec.points {
-		gs, err := openGated("/db", opts(p.fs))
-		require.NoError(t, err, "seed %d %s", seed, p.label)
+	all := rec.Points()
+	for _, p := range all {
+		gs, err := openGated("/db", opts(p.FS))
+		require.NoError(t, err, "seed %d %s", seed, p.Label)
 		matched := -1
 		var first error
-		for k := p.lo; k <= p.hi && k < len(history); k++ {
+		for k := p.Lo; k <= p.Hi && k < len(history); k++ {
 			err := fullDiff(gs.Store, history[k], keys)
 			if err == nil {
 				matched = k
@@ -212,13 +212,13 @@ func runReplaceCrash(t *testing.T, seed uint64, mode SyncMode) (points, inReplac
 		}
 		if matched < 0 {
 			gs.closeAll()
-			t.Fatalf("seed %d %s (%v): state matches no history in [%d, %d]: %v", seed, p.label, p.mode, p.lo, p.hi, first)
+			t.Fatalf("seed %d %s (%v): state matches no history in [%d, %d]: %v", seed, p.Label, p.Mode, p.Lo, p.Hi, first)
 		}
-		orph, err := orphans(p.fs, gs.Store)
+		orph, err := orphans(p.FS, gs.Store)
 		require.NoError(t, err)
-		require.Empty(t, orph, "seed %d %s: files left behind", seed, p.label)
-		require.NoError(t, gs.Check(), "seed %d %s", seed, p.label)
+		require.Empty(t, orph, "seed %d %s: files left behind", seed, p.Label)
+		require.NoError(t, gs.Check(), "seed %d %s", seed, p.Label)
 		require.NoError(t, gs.closeAll())
 	}
-	return len(rec.points), inReplace, reused
+	return len(all), inReplace, reused
 }

@@ -40,6 +40,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
@@ -840,7 +841,8 @@ func runShutdownChain(fsys *trackFS, dir string, seed uint64, rounds int, stream
 		if mem, ok := fsys.FS.(*vfs.Mem); ok && rng.IntN(4) == 0 {
 			// Close returned nil, so every acknowledged write is durable:
 			// a power loss now must lose none of them.
-			mode := crashModes[rng.IntN(len(crashModes))]
+			modes := testutil.CrashModes()
+			mode := modes[rng.IntN(len(modes))]
 			crashed = fmt.Sprintf(" after a crash (mode %d) that followed Close", mode)
 			fsys = &trackFS{FS: mem.CrashClone(mode, rng)}
 			cfg.opts.FS = fsys

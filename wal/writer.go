@@ -4,11 +4,11 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"sync"
 	"sync/atomic"
 
 	"github.com/cespare/xxhash/v2"
 
+	"github.com/segkv/segkv/internal/groupcommit"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -65,12 +65,13 @@ type Options struct {
 	ZeroLimit int64
 }
 
-// Writer appends frames to a file with group commit: concurrent Commits are
-// queued, and one of the committers at a time (the leader) writes everything
-// queued as ONE frame with ONE WriteAt, and syncs once for the whole group if
-// any member needs it. Leadership then passes to a committer that queued
-// meanwhile, so no caller works for others indefinitely and no background
-// goroutine exists. A Writer is safe for concurrent use. It never closes f.
+// Writer appends frames to a file with group commit (internal/groupcommit):
+// concurrent Commits are queued, and one of the committers at a time (the
+// leader) writes everything queued as ONE frame with ONE WriteAt, and syncs
+// once for the whole group if any member needs it. Leadership then passes to
+// a committer that queued meanwhile, so no caller works for others
+// indefinitely and no background goroutine exists. A Writer is safe for
+// concurrent use. It never closes f.
 type Writer struct {
 	f         vfs.File
 	path      string
@@ -82,27 +83,27 @@ type Writer struct {
 	offset atomic.Int64 // end of written data; advanced by the leader only
 	synced atomic.Int64 // end of synced data; advanced by the leader only
 
-	mu      sync.Mutex
-	queue   []*waiter // requests not yet taken by a leader, in arrival order
-	leading bool      // a leader is at work (or has been handed leadership)
-	err     error     // non-nil once failed; wraps ErrFailed and the cause
+	// g queues Commit and Sync calls and runs the leaders; its error, once
+	// set, wraps ErrFailed and the cause.
+	g *groupcommit.Queue[item]
 
-	// Used only by the current leader, so not guarded by mu.
+	// Used only by the current leader.
 	buf    []byte
-	group  []*waiter
 	reqs   []*Request
 	zeroed int64 // every byte below it has been written (data or zeros)
-
-	waiters sync.Pool // of *waiter, to avoid a channel allocation per Commit
 }
 
-// waiter is one queued Commit or Sync call.
-type waiter struct {
-	req    *Request      // nil for a Sync call
-	target int64         // Sync call: the offset that must become durable
-	wake   chan struct{} // receives one token: done, or now the leader
-	lead   bool          // set before the token: the waiter must lead
-	err    error         // set before the token: the result
+// item is one queued Commit or Sync call.
+type item struct {
+	req    *Request // nil for a Sync call
+	target int64    // Sync call: the offset that must become durable
+}
+
+func (it item) size() int {
+	if it.req == nil {
+		return 0
+	}
+	return len(it.req.Payload)
 }
 
 // NewWriter returns a writer that appends to f at offset. syncedOffset (<=
@@ -117,7 +118,7 @@ func NewWriter(f vfs.File, path string, offset, syncedOffset int64, opts Options
 	w.maxGroup = min(w.maxGroup, MaxPayload)
 	w.offset.Store(offset)
 	w.synced.Store(min(syncedOffset, offset))
-	w.waiters.New = func() any { return &waiter{wake: make(chan struct{}, 1)} }
+	w.g = groupcommit.New(w.flush, w.cut)
 	return w
 }
 
@@ -128,11 +129,7 @@ func (w *Writer) Offset() int64 { return w.offset.Load() }
 func (w *Writer) SyncedOffset() int64 { return w.synced.Load() }
 
 // Err returns the error that failed the writer, or nil.
-func (w *Writer) Err() error {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.err
-}
+func (w *Writer) Err() error { return w.g.Err() }
 
 // Commit appends req.Payload to the file, as part of one frame shared with
 // the requests committed concurrently, and sets req.Offset. When it returns
@@ -144,7 +141,7 @@ func (w *Writer) Commit(req *Request) error {
 	if len(req.Payload) > MaxPayload {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrPayloadTooLarge, len(req.Payload), MaxPayload)
 	}
-	return w.wait(req, 0)
+	return w.g.Commit(item{req: req})
 }
 
 // Sync makes everything committed so far durable. If nothing new was
@@ -155,78 +152,34 @@ func (w *Writer) Sync() error {
 	if w.synced.Load() >= w.offset.Load() {
 		// Races benignly: a Commit that raced with this call has not
 		// returned yet, so it is not "committed so far".
-		w.mu.Lock()
-		err := w.err
-		w.mu.Unlock()
-		return err
+		return w.g.Err()
 	}
-	return w.wait(nil, w.offset.Load())
+	return w.g.Commit(item{target: w.offset.Load()})
 }
 
-// wait queues a Commit (req != nil) or a Sync (req == nil, target) and
-// returns its result, leading groups when leadership falls to it.
-func (w *Writer) wait(req *Request, target int64) error {
-	wt := w.waiters.Get().(*waiter)
-	wt.req, wt.target, wt.lead, wt.err = req, target, false, nil
-	w.mu.Lock()
-	if w.err != nil {
-		err := w.err
-		w.mu.Unlock()
-		w.release(wt)
-		return err
-	}
-	w.queue = append(w.queue, wt)
-	if w.leading {
-		w.mu.Unlock()
-		<-wt.wake
-		if !wt.lead {
-			err := wt.err
-			w.release(wt)
-			return err
-		}
-		w.mu.Lock()
-	}
-	w.leading = true
-	// wt is at the head of the queue: either the queue was empty, or the
-	// previous leader handed over to its head. So the group led here
-	// contains wt, and wt.err holds its result afterwards.
-	w.lead(wt)
-	err := wt.err
-	w.release(wt)
-	return err
-}
-
-func (w *Writer) release(wt *waiter) {
-	wt.req, wt.err = nil, nil
-	w.waiters.Put(wt)
-}
-
-// lead writes one group, which contains self (the leader's own waiter). It
-// is called with mu held and returns with it released, after handing
-// leadership to the next queued waiter, if any.
-func (w *Writer) lead(self *waiter) {
-	// Take the group: everything queued, up to maxGroup payload bytes, but
-	// always at least the head.
-	group := w.group[:0]
+// cut says how many of the queued calls form the next group: up to
+// maxGroup payload bytes, but always at least the head.
+func (w *Writer) cut(queued []item) int {
 	total := 0
-	i := 0
-	for ; i < len(w.queue); i++ {
-		wt := w.queue[i]
-		n := 0
-		if wt.req != nil {
-			n = len(wt.req.Payload)
-		}
+	for i, it := range queued {
+		n := it.size()
 		if i > 0 && total+n > w.maxGroup {
-			break
+			return i
 		}
 		total += n
-		group = append(group, wt)
 	}
-	rest := copy(w.queue, w.queue[i:])
-	clear(w.queue[rest:])
-	w.queue = w.queue[:rest]
-	w.mu.Unlock()
+	return len(queued)
+}
 
+// flush writes one group as one frame, syncs it if any member needs that,
+// and publishes it. It runs on the leader, one group at a time; an error
+// fails the writer (groupcommit fails this group and everyone queued
+// behind it, and every later call).
+func (w *Writer) flush(group []item) error {
+	total := 0
+	for _, it := range group {
+		total += it.size()
+	}
 	// Only the leader writes, so offset and synced cannot move under us.
 	off := w.offset.Load()
 	synced := w.synced.Load()
@@ -237,12 +190,12 @@ func (w *Writer) lead(self *waiter) {
 	}
 	needSync := false
 	reqs := w.reqs[:0]
-	for _, wt := range group {
-		if wt.req == nil {
-			needSync = needSync || wt.target > synced
+	for _, it := range group {
+		if it.req == nil {
+			needSync = needSync || it.target > synced
 			continue
 		}
-		r := wt.req
+		r := it.req
 		r.Offset = pos
 		pos += int64(len(r.Payload))
 		// A request's own bytes end at pos; an empty one waits for all
@@ -271,38 +224,7 @@ func (w *Writer) lead(self *waiter) {
 	}
 	clear(reqs)
 	w.reqs = reqs[:0]
-
-	// Wake everyone while still holding mu and leadership: the sends never
-	// block (each waiter's channel has room for its one token), and the
-	// scratch slices must not be touched once a new leader may exist.
-	w.mu.Lock()
-	if err != nil {
-		// Fail-stop: this group and everyone queued behind it get the
-		// error, and so does every later call.
-		w.err = err
-		for _, wt := range w.queue {
-			wt.err = err
-			wt.wake <- struct{}{}
-		}
-		clear(w.queue)
-		w.queue = w.queue[:0]
-	}
-	for _, wt := range group {
-		wt.err = err
-		if wt != self { // the leader's caller reads self.err itself
-			wt.wake <- struct{}{}
-		}
-	}
-	clear(group)
-	w.group = group[:0]
-	if len(w.queue) > 0 {
-		next := w.queue[0]
-		next.lead = true // w.leading stays true: handed over
-		next.wake <- struct{}{}
-	} else {
-		w.leading = false
-	}
-	w.mu.Unlock()
+	return err
 }
 
 // writeFrame encodes the group's payloads as one frame at off, watermarked

@@ -372,11 +372,7 @@ func TestWriterHandsOffLeadership(t *testing.T) {
 	bDone := make(chan error, 1)
 	go func() { bDone <- w.Commit(&Request{Payload: []byte("B"), Sync: true}) }()
 	// B is queued behind the in-flight group (it cannot be written yet).
-	require.Eventually(t, func() bool {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		return len(w.queue) == 1
-	}, 5*time.Second, time.Millisecond)
+	require.Eventually(t, func() bool { return w.g.Queued() == 1 }, 5*time.Second, time.Millisecond)
 	close(gate1)
 	require.Equal(t, int64(2), <-inSync) // B leads group 2 and is in its sync...
 	select {

@@ -4,15 +4,12 @@ import (
 	"fmt"
 	"maps"
 	"math/rand/v2"
-	"os"
-	"strconv"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/raft"
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -28,55 +25,13 @@ func (c crashState) clone() crashState {
 	return crashState{logs: maps.Clone(c.logs), stable: maps.Clone(c.stable)}
 }
 
-type crashPoint struct {
-	fs     *vfs.Mem
-	lo, hi int // operations acknowledged before the image, begun after it
-	label  string
-}
-
-// crashRecorder takes a power-loss image of the file system at every
-// barrier, before and after it, cycling through the crash modes.
-type crashRecorder struct {
-	mu      sync.Mutex
-	mem     *vfs.Mem
-	rng     *rand.Rand
-	n       int
-	points  []crashPoint
-	acked   atomic.Int64
-	started atomic.Int64
-}
-
-var crashModes = []vfs.CrashMode{vfs.CrashDropUnsynced, vfs.CrashTearLast, vfs.CrashRandomSubset,
-	vfs.CrashGarbageTail, vfs.CrashMetadataPrefix, vfs.CrashTornSectors}
-
-func (r *crashRecorder) hook(ev vfs.SyncEvent) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	lo := int(r.acked.Load())
-	mode := crashModes[r.n%len(crashModes)]
-	r.n++
-	img := r.mem.CrashClone(mode, r.rng)
-	hi := int(r.started.Load())
-	r.points = append(r.points, crashPoint{fs: img, lo: lo, hi: hi,
-		label: fmt.Sprintf("#%d %v %v before=%v %s", r.n, mode, ev.Kind, ev.Before, ev.Name)})
-}
-
-func crashSeeds(t *testing.T, def int) int {
-	if v := os.Getenv("SEGKV_CRASH_SEEDS"); v != "" {
-		n, err := strconv.Atoi(v)
-		require.NoError(t, err)
-		return n
-	}
-	return def
-}
-
 // TestCrashEverySyncPoint: a power cut at every barrier of StoreLogs,
 // DeleteRange (head, tail, hole) and the stable store's Set leaves the state
 // after the operations acknowledged by then, or that plus the one in flight,
 // whole: never part of a batch or part of a truncation, never a lost
 // acknowledged write. The bounds after reopen are exact.
 func TestCrashEverySyncPoint(t *testing.T) {
-	seeds := crashSeeds(t, 2)
+	seeds := testutil.CrashSeeds(t, 2)
 	total, wrong := 0, 0
 	for seed := range seeds {
 		p, w := runCrash(t, uint64(seed))
@@ -91,11 +46,11 @@ func TestCrashEverySyncPoint(t *testing.T) {
 func runCrash(t *testing.T, seed uint64) (points, wrong int) {
 	rng := rand.New(rand.NewPCG(seed, 0x4af7))
 	mem := vfs.NewMem()
-	rec := &crashRecorder{mem: mem, rng: rand.New(rand.NewPCG(seed, 0x4af8))}
+	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, 0x4af8)))
 	opts := func(fsys vfs.FS) *Options { return &Options{FS: fsys, SegmentSize: 4 << 10} }
 	s, err := Open("/raft", opts(mem))
 	require.NoError(t, err)
-	mem.SetSyncHook(rec.hook)
+	mem.SetSyncHook(rec.Hook)
 
 	history := []crashState{{logs: map[uint64]uint64{}, stable: map[string]uint64{}}}
 	cur := func() crashState { return history[len(history)-1] }
@@ -112,9 +67,9 @@ func runCrash(t *testing.T, seed uint64) (points, wrong int) {
 	term := uint64(1)
 	do := func(next crashState, op func() error) {
 		history = append(history, next)
-		rec.started.Add(1)
+		rec.Started.Add(1)
 		require.NoError(t, op())
-		rec.acked.Add(1)
+		rec.Acked.Add(1)
 	}
 	for step := 0; step < 60; step++ {
 		next := cur().clone()
@@ -163,14 +118,12 @@ func runCrash(t *testing.T, seed uint64) (points, wrong int) {
 	mem.SetSyncHook(nil)
 	require.NoError(t, s.Close())
 
-	rec.mu.Lock()
-	defer rec.mu.Unlock()
-	for _, p := range rec.points {
+	for _, p := range rec.Points() {
 		points++
-		if err := checkCrashImage(p, history, opts(p.fs), bounds); err != nil {
+		if err := checkCrashImage(p, history, opts(p.FS), bounds); err != nil {
 			wrong++
 			if wrong <= 10 {
-				t.Errorf("seed %d crash point %s (acked %d, begun %d): %v", seed, p.label, p.lo, p.hi, err)
+				t.Errorf("seed %d crash point %s (acked %d, begun %d): %v", seed, p.Label, p.Lo, p.Hi, err)
 			}
 		}
 	}
@@ -179,14 +132,14 @@ func runCrash(t *testing.T, seed uint64) (points, wrong int) {
 
 // checkCrashImage opens the store on a crash image and compares it with the
 // states history allows there.
-func checkCrashImage(p crashPoint, history []crashState, o *Options, bounds func(crashState) (uint64, uint64)) error {
+func checkCrashImage(p testutil.CrashPoint, history []crashState, o *Options, bounds func(crashState) (uint64, uint64)) error {
 	s, err := Open("/raft", o)
 	if err != nil {
 		return fmt.Errorf("open: %w", err)
 	}
 	defer s.Close()
 	var errs []error
-	for i := p.lo; i <= p.hi && i < len(history); i++ {
+	for i := p.Lo; i <= p.Hi && i < len(history); i++ {
 		err := matchState(s, history[i], bounds, history)
 		if err == nil {
 			return nil
