@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"path/filepath"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -98,7 +99,8 @@ func (s *Store) buildOrderedSegment(ctx context.Context, df *dataFile, length in
 func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 	p := filepath.Join(s.dir, segment.IndexName(sg.df.id))
 	if err := index.Write(s.fs, p, data); err != nil {
-		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", p, "err", err)
+		// A cache: the next Open rebuilds it.
+		s.backgroundError("index-write", fmt.Errorf("segkv: write index %s: %w", p, err))
 		return
 	}
 	if s.opts.DisableMmap {
@@ -126,14 +128,17 @@ func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 // damaged file removed, so that the next Open rebuilds it. An index holds no
 // data, so nothing is lost either way.
 func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index.Index, error) {
-	return func(cause error) (*index.Index, error) {
+	return func(cause error) (ix *index.Index, err error) {
 		s.stats.indexRebuilds.Add(1)
 		p := filepath.Join(s.dir, segment.IndexName(m.ID))
+		start := time.Now()
+		defer func() {
+			s.indexRebuilt(IndexRebuildInfo{SegmentID: m.ID, Path: p, Reason: cause.Error(), Duration: time.Since(start), Err: err})
+		}()
 		s.log.Warn("segkv: index damaged; rebuilding it from the data file", "index", p, "err", cause)
 		id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
-		err := recovery.RebuildIndexFile(s.fs, s.dir, m)
+		err = recovery.RebuildIndexFile(s.fs, s.dir, m)
 		if err == nil {
-			var ix *index.Index
 			if ix, err = index.Load(s.fs, p, m.IndexChecksum, id, index.LoadOptions{NoMap: s.opts.DisableMmap}); err == nil {
 				return ix, nil
 			}
@@ -144,7 +149,7 @@ func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index
 			s.log.Error("segkv: rebuilding a damaged index failed", "index", p, "err", err)
 			return nil, err
 		}
-		ix, err := index.Decode(p, data, m.IndexChecksum, id)
+		ix, err = index.Decode(p, data, m.IndexChecksum, id)
 		if err != nil {
 			return nil, err
 		}

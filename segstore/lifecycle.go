@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 )
 
@@ -121,7 +122,9 @@ func (s *Store) Close() error {
 	// not finish): say so, rather than return nil.
 	errs = append(errs, s.failed())
 	errs = append(errs, s.closeResources())
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	s.log.Info("segkv: closed store", slog.String("dir", s.dir), slog.Any("err", err))
+	return err
 }
 
 // closeLive is Close's last work on the live file, with nothing else

@@ -222,6 +222,17 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	// is still the oldest when this step commits: a run that starts there
 	// has nothing older that a tombstone could be hiding.
 	dropTombstones := run[0] == oldestFirst[0]
+	info := MergeInfo{Inputs: make([]uint64, len(run))}
+	for i, sg := range run {
+		info.Inputs[i] = sg.meta.ID
+		info.BytesIn += sg.meta.DataLength
+	}
+	start := time.Now()
+	s.mergeBegin(info)
+	defer func() {
+		info.Duration = time.Since(start)
+		s.mergeEnd(info)
+	}()
 	for _, sg := range run {
 		sg.df.pin()
 	}
@@ -232,6 +243,7 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	}()
 	out, err := s.writeMerged(ctx, run, dropTombstones)
 	if err != nil {
+		info.Err = err
 		if errors.Is(context.Cause(ctx), errReplaced) {
 			// Stopped by a ReplaceAll: the output is gone, nothing changed,
 			// and the work resumes on the state the replace installs.
@@ -239,21 +251,15 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		}
 		return false, err
 	}
-	inputs := make([]uint64, len(run))
-	var inBytes int64
-	for i, sg := range run {
-		inputs[i] = sg.meta.ID
-		inBytes += sg.meta.DataLength
-	}
-	if err := s.commitSegments([]*sealed{out}, inputs, 0, nil); err != nil {
+	if err := s.commitSegments([]*sealed{out}, info.Inputs, 0, nil); err != nil {
 		out.df.unmap() // never installed: release its index mapping
+		info.Err = err
 		return false, err
 	}
 	s.stats.merges.Add(1)
-	s.stats.mergedBytesIn.Add(inBytes)
+	s.stats.mergedBytesIn.Add(info.BytesIn)
 	s.stats.mergedBytesOut.Add(out.meta.DataLength)
-	s.log.Debug("segkv: merged segments", "inputs", inputs, "output", out.meta.ID,
-		"bytes_in", inBytes, "bytes_out", out.meta.DataLength)
+	info.Output, info.BytesOut = out.meta.ID, out.meta.DataLength
 	return true, nil
 }
 
@@ -290,7 +296,7 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	if err != nil {
 		return nil, fmt.Errorf("segkv: create merge output: %w", err)
 	}
-	out := newDigestWriter(f, df.path)
+	out := newDigestWriter(s.timedSyncs(f), df.path)
 	defer func() {
 		if err != nil {
 			out.discard(s.fs)

@@ -263,7 +263,7 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 	}
 	next := newTail(s, sp.id)
 	next.path, next.file, next.df = sp.path, sp.f, s.newDataFile(sp.id, segment.KindLog)
-	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
+	next.w = wal.NewWriter(s.timedSyncs(sp.f), sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
 
 	// An Import checks for duplicates and commits under importMu: it sees
 	// the state before the replace or after it, never a mixture.
@@ -312,7 +312,7 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 		}
 	}
 	s.mu.RUnlock()
-	c, err := s.mlog.CommitEdit(manifestlog.Edit{Add: add, Remove: remove, SetLive: true, LiveID: next.id})
+	c, err := s.commitManifest(manifestlog.Edit{Add: add, Remove: remove, SetLive: true, LiveID: next.id})
 	if err != nil {
 		s.commitMu.Unlock()
 		if errors.Is(err, manifestlog.ErrInvalidEdit) {

@@ -7,6 +7,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/rangedel"
@@ -44,7 +45,7 @@ func (s *Store) makeSpare() (*spareFile, error) {
 	if _, err := f.WriteAt(segment.Header(), 0); err != nil {
 		return fail("write header of", err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := s.timedSyncs(f).Sync(); err != nil {
 		return fail("sync", err)
 	}
 	if err := s.fs.SyncDir(s.dir); err != nil {
@@ -124,6 +125,23 @@ func (s *Store) sealLocked(atSwitch func(frozen *tail)) (*sealed, error) {
 	if old.empty() {
 		return nil, nil
 	}
+	info := SealInfo{ID: old.id, Bytes: old.w.Offset()}
+	old.mu.RLock()
+	info.Records = uint64(old.records)
+	old.mu.RUnlock()
+	start := time.Now()
+	s.sealBegin(info)
+	seg, err := s.switchAndSeal(old, atSwitch)
+	info.Duration, info.Err = time.Since(start), err
+	if seg != nil {
+		info.Bytes, info.Records = seg.meta.DataLength, seg.meta.Records
+	}
+	s.sealEnd(info)
+	return seg, err
+}
+
+// switchAndSeal is sealLocked's work on the non-empty live file old.
+func (s *Store) switchAndSeal(old *tail, atSwitch func(frozen *tail)) (*sealed, error) {
 	sp, err := s.takeSpare()
 	if err != nil {
 		return nil, err
@@ -139,7 +157,7 @@ func (s *Store) sealLocked(atSwitch func(frozen *tail)) (*sealed, error) {
 	}
 	next := newTail(s, sp.id)
 	next.path, next.file, next.df = sp.path, sp.f, s.newDataFile(sp.id, segment.KindLog)
-	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
+	next.w = wal.NewWriter(s.timedSyncs(sp.f), sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
 
 	// The switch: wait for in-flight commits to the old file, then point
 	// writers at the new one. The link record goes first into the new file so
@@ -276,7 +294,7 @@ func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint
 	if liveID != 0 {
 		edit.SetLive, edit.LiveID = true, liveID
 	}
-	c, err := s.mlog.CommitEdit(edit)
+	c, err := s.commitManifest(edit)
 	if err != nil {
 		s.fail(err)
 		return fmt.Errorf("%w: manifest commit: %w", ErrFailed, err)
