@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"time"
 
@@ -81,7 +82,7 @@ func (s *Store) buildOrderedSegment(ctx context.Context, df *dataFile, length in
 	ix, err := index.Load(s.fs, p, sum, ident, index.LoadOptions{NoMap: s.opts.DisableMmap, Repair: s.indexRepair(meta)})
 	if err != nil {
 		if rerr := s.fs.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			s.log.Warn("segkv: removing an unreadable new index failed", "path", p, "err", rerr)
+			s.log.Warn("segkv: removing an unreadable new index failed", slog.String("path", p), slog.Any("err", rerr))
 		}
 		return nil, fmt.Errorf("segkv: read back index of %s: %w", df.path, err)
 	}
@@ -111,7 +112,7 @@ func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 	if err != nil {
 		// Written but not readable back: keep the heap copy; the next Open
 		// rebuilds the file.
-		s.log.Warn("segkv: reading back a new index failed; keeping it in memory", "path", p, "err", err)
+		s.log.Warn("segkv: reading back a new index failed; keeping it in memory", slog.String("path", p), slog.Any("err", err))
 		return
 	}
 	if sg.df.holdIndex(ix) {
@@ -135,7 +136,7 @@ func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index
 		defer func() {
 			s.indexRebuilt(IndexRebuildInfo{SegmentID: m.ID, Path: p, Reason: cause.Error(), Duration: time.Since(start), Err: err})
 		}()
-		s.log.Warn("segkv: index damaged; rebuilding it from the data file", "index", p, "err", cause)
+		s.log.Warn("segkv: index damaged; rebuilding it from the data file", slog.String("index", p), slog.Any("err", cause))
 		id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
 		err = recovery.RebuildIndexFile(s.fs, s.dir, m)
 		if err == nil {
@@ -143,10 +144,10 @@ func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index
 				return ix, nil
 			}
 		}
-		s.log.Warn("segkv: writing a rebuilt index failed; keeping it in memory", "index", p, "err", err)
+		s.log.Warn("segkv: writing a rebuilt index failed; keeping it in memory", slog.String("index", p), slog.Any("err", err))
 		data, err := recovery.RebuildIndex(s.fs, s.dir, m)
 		if err != nil {
-			s.log.Error("segkv: rebuilding a damaged index failed", "index", p, "err", err)
+			s.log.Error("segkv: rebuilding a damaged index failed", slog.String("index", p), slog.Any("err", err))
 			return nil, err
 		}
 		ix, err = index.Decode(p, data, m.IndexChecksum, id)
@@ -154,7 +155,7 @@ func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index
 			return nil, err
 		}
 		if err := s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("segkv: removing a damaged index failed", "index", p, "err", err)
+			s.log.Warn("segkv: removing a damaged index failed", slog.String("index", p), slog.Any("err", err))
 		}
 		return ix, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -421,4 +422,80 @@ func TestHistogramBuckets(t *testing.T) {
 	require.Equal(t, int64(1), got.Buckets[0])
 	require.Equal(t, int64(2), got.Buckets[1])
 	require.Equal(t, int64(1), got.Buckets[HistogramBuckets-1])
+}
+
+// recordHandler keeps every log record, with its attributes.
+type recordHandler struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *recordHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.recs = append(h.recs, r.Clone())
+	return nil
+}
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler      { return h }
+
+// find returns the attributes of the first record with msg at level.
+func (h *recordHandler) find(t *testing.T, level slog.Level, msg string) map[string]slog.Value {
+	t.Helper()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, r := range h.recs {
+		if r.Message == msg && r.Level == level {
+			attrs := map[string]slog.Value{}
+			r.Attrs(func(a slog.Attr) bool { attrs[a.Key] = a.Value; return true })
+			return attrs
+		}
+	}
+	t.Fatalf("no %v record %q", level, msg)
+	return nil
+}
+
+// TestLoggerLifecycle checks the INFO lines Options.Logger promises, with
+// their figures as typed attributes.
+func TestLoggerLifecycle(t *testing.T) {
+	h := &recordHandler{}
+	mem := vfs.NewMem()
+	s, err := Open("/db", &Options{FS: mem, Merge: noMerge(), Logger: slog.New(h)})
+	require.NoError(t, err)
+	open := h.find(t, slog.LevelInfo, "segkv: opened store")
+	require.Equal(t, "/db", open["dir"].String())
+	require.Equal(t, int64(0), open["segments"].Int64())
+	for i := range 2 {
+		putN(t, s, fmt.Sprintf("l%d-", i), 10)
+		require.NoError(t, s.Seal())
+	}
+	seal := h.find(t, slog.LevelInfo, "segkv: sealed segment")
+	require.Equal(t, slog.KindUint64, seal["id"].Kind())
+	require.Equal(t, segmentByID(t, s, seal["id"].Uint64()).Size, seal["bytes"].Int64())
+	require.Equal(t, uint64(10), seal["records"].Uint64())
+	require.NoError(t, s.Compact(context.Background()))
+	merge := h.find(t, slog.LevelInfo, "segkv: merged segments")
+	require.Equal(t, s.Segments()[0].ID, merge["output"].Uint64())
+	require.Equal(t, s.Metrics().MergedBytesIn, merge["bytes_in"].Int64())
+	require.NoError(t, s.mlog.Checkpoint())
+	h.find(t, slog.LevelInfo, "segkv: manifest log rotated")
+	_, err = s.Import(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	closed := h.find(t, slog.LevelInfo, "segkv: closed store")
+	require.Equal(t, "/db", closed["dir"].String())
+
+	s, err = Open("/db", &Options{FS: mem, Logger: slog.New(h)})
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var opens int
+	for _, r := range h.recs {
+		if r.Message == "segkv: opened store" {
+			opens++
+		}
+	}
+	require.Equal(t, 2, opens)
 }

@@ -141,7 +141,7 @@ func (s *Store) closeLive() error {
 		_, err := s.sealLocked(nil)
 		s.sealMu.Unlock()
 		if err != nil {
-			s.log.Warn("segkv: seal on close failed; the next open replays the live file", "err", err)
+			s.log.Warn("segkv: seal on close failed; the next open replays the live file", slog.Any("err", err))
 		}
 	}
 	s.bg.runTidy()
@@ -154,7 +154,7 @@ func (s *Store) closeLive() error {
 	// looking), and Open preallocates again. No barrier of its own: if a
 	// crash undoes it, the next Open is slower, not wrong.
 	if err := t.file.Truncate(t.w.Offset()); err != nil {
-		s.log.Warn("segkv: releasing the live file's preallocation on close failed", "path", t.path, "err", err)
+		s.log.Warn("segkv: releasing the live file's preallocation on close failed", slog.String("path", t.path), slog.Any("err", err))
 	}
 	if err := t.w.Sync(); err != nil {
 		s.fail(err)

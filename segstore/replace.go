@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 
@@ -373,11 +374,11 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 	old.syncMu.Lock()
 	old.retired = true
 	if err := old.file.Close(); err != nil {
-		s.log.Warn("segkv: closing the replaced live file failed", "path", old.path, "err", err)
+		s.log.Warn("segkv: closing the replaced live file failed", slog.String("path", old.path), slog.Any("err", err))
 	}
 	old.syncMu.Unlock()
 	old.df.retire()
-	s.log.Debug("segkv: replaced the store's state", "segments", len(installed), "copied", len(installed)-len(keep), "kept", len(keep), "removed", len(remove), "live", next.id)
+	s.log.Debug("segkv: replaced the store's state", slog.Int("segments", len(installed)), slog.Int("copied", len(installed)-len(keep)), slog.Int("kept", len(keep)), slog.Int("removed", len(remove)), slog.Uint64("live", next.id))
 	return out, false, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"path/filepath"
 	"slices"
@@ -60,7 +61,7 @@ func (s *Store) makeSpare() (*spareFile, error) {
 func (s *Store) discardSpare(sp *spareFile) error {
 	err := sp.f.Close()
 	if rerr := s.fs.Remove(sp.path); rerr != nil {
-		s.log.Debug("segkv: removing an unused spare failed; the next open removes it", "path", sp.path, "err", rerr)
+		s.log.Debug("segkv: removing an unused spare failed; the next open removes it", slog.String("path", sp.path), slog.Any("err", rerr))
 	}
 	return err
 }
@@ -234,7 +235,7 @@ func (s *Store) completeSeal(t *tail, liveID uint64) (*sealed, error) {
 		if digest, err = segment.Digest(t.file, end); err == nil {
 			break
 		}
-		s.log.Warn("segkv: reading the sealed file failed", "path", t.path, "attempt", attempt, "of", sealReadAttempts, "err", err)
+		s.log.Warn("segkv: reading the sealed file failed", slog.String("path", t.path), slog.Int("attempt", attempt), slog.Int("of", sealReadAttempts), slog.Any("err", err))
 	}
 	if err != nil {
 		return nil, err
@@ -329,7 +330,7 @@ func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint
 	}
 	if len(covered) > 0 {
 		s.stats.rangeDrops.Add(int64(len(covered)))
-		s.log.Debug("segkv: dropped segments under a range tombstone", "segments", covered)
+		s.log.Debug("segkv: dropped segments under a range tombstone", slog.Any("segments", covered))
 	}
 	return nil
 }
@@ -438,6 +439,6 @@ func (s *Store) tidy(j sealTidy) {
 		}
 	}
 	if err != nil {
-		s.log.Warn("segkv: releasing a sealed file's preallocation failed", "path", j.df.path, "err", err)
+		s.log.Warn("segkv: releasing a sealed file's preallocation failed", slog.String("path", j.df.path), slog.Any("err", err))
 	}
 }

@@ -466,7 +466,7 @@ func (s *Store) openTail(id uint64, end int64, replayed *tail) (*tail, error) {
 func (s *Store) preallocateTail(t *tail) {
 	if size, err := t.file.Size(); err == nil && size < s.opts.SegmentSize {
 		if err := t.file.Preallocate(size, s.opts.SegmentSize-size); err != nil {
-			s.log.Debug("segkv: preallocate live file", "path", t.path, "err", err)
+			s.log.Debug("segkv: preallocate live file", slog.String("path", t.path), slog.Any("err", err))
 		}
 	}
 }
