@@ -287,6 +287,7 @@ func TestEventsStoreFailedOnce(t *testing.T) {
 	require.ErrorIs(t, s.Put([]byte("c"), []byte("3")), ErrFailed)
 	require.ErrorIs(t, s.Sync(), ErrFailed)
 	require.True(t, s.Metrics().Failed)
+	s.fail(errors.New("a later failure")) // as a second failing path would: no second event
 	closeErr := s.Close()
 	require.ErrorIs(t, closeErr, ErrFailed)
 
