@@ -4,8 +4,8 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        := ./...
 # Every module of the repository: the library, then the ones that keep
 # heavy dependencies out of its go.mod (bench/: the peer engines; raft/:
-# hashicorp/raft).
-MODULES     := . bench raft
+# hashicorp/raft; contrib/prometheus: client_golang).
+MODULES     := . bench raft contrib/prometheus
 FUZZTIME    ?= 20s
 BENCHARGS   ?=
 

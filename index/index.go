@@ -573,6 +573,15 @@ func (ix *Index) Anchor() uint64 {
 // Identity returns the identity of the data file the index describes.
 func (ix *Index) Identity() Identity { return ix.id }
 
+// Size returns the length of the encoded index (the index file's size):
+// that of the rebuilt index once damage was healed.
+func (ix *Index) Size() int64 {
+	if h := ix.healed.Load(); h != nil {
+		return h.Size()
+	}
+	return int64(len(ix.data))
+}
+
 // HeapBytes returns the Go heap the index holds: its per-block search words
 // and verification states, plus the file itself when it was read rather
 // than mapped, and the rebuilt index it answers from once healed.
@@ -641,13 +650,31 @@ func (ix *Index) MayContain(p *Probe) (bool, error) {
 // words held in the heap and a search inside one block. The returned
 // Entry.Key aliases the index.
 func (ix *Index) Get(p *Probe) (Entry, bool, error) {
+	e, found, _, err := ix.Lookup(p)
+	return e, found, err
+}
+
+// Lookup is Get that also reports whether the bloom filter alone ruled the
+// key out (filtered): what a store counts as a bloom negative, without a
+// second bloom test.
+func (ix *Index) Lookup(p *Probe) (e Entry, found, filtered bool, err error) {
 	if h := ix.healed.Load(); h != nil {
-		return h.Get(p)
+		return h.Lookup(p)
 	}
 	ok, err := ix.MayContain(p)
-	if !ok || err != nil {
-		return Entry{}, false, err
+	if err != nil {
+		return Entry{}, false, false, err
 	}
+	if !ok {
+		return Entry{}, false, true, nil
+	}
+	e, found, err = ix.search(p)
+	return e, found, false, err
+}
+
+// search finds the probe's key in the blocks, once the bloom filter let it
+// through.
+func (ix *Index) search(p *Probe) (Entry, bool, error) {
 	b, blk, j, err := ix.locate(p.key)
 	if err != nil {
 		h, herr := ix.heal(err)

@@ -134,6 +134,12 @@ type Options struct {
 	// ahead of the appends (it grows with the file, up to 8 MiB). Default
 	// 64 KiB; negative disables preallocation.
 	PreallocateBytes int64
+	// OnRotate, if set, is called after each successful rotation with the
+	// new generation, the seq its checkpoint covers and the checkpoint's
+	// size in bytes. It runs on the rotating goroutine (the background one,
+	// or Checkpoint's caller) with no lock of the log's held but the one
+	// that keeps rotations apart: it may call Commit, not Checkpoint.
+	OnRotate func(gen, seq uint64, checkpointBytes int64)
 }
 
 // Report lists what Open found and repaired.

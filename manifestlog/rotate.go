@@ -297,6 +297,9 @@ func (l *Log) rotate() error {
 	if err := l.fsys.Remove(oldPath); err != nil && !errors.Is(err, errNotExist) {
 		l.log.Warn("manifestlog: remove old generation (Open will retry)", "path", oldPath, "err", err)
 	}
+	if l.opts.OnRotate != nil {
+		l.opts.OnRotate(s.gen, s.seq, ckptEnd)
+	}
 	return nil
 }
 

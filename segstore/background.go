@@ -145,14 +145,14 @@ func (b *background) run() {
 			b.s.ensureSpare()
 		case <-b.seal:
 			if err := b.s.autoSeal(); err != nil {
-				b.s.log.Warn("segkv: background seal failed", "err", err)
+				b.s.backgroundError("seal", err)
 			}
 		case <-tick:
 			if b.s.failed() != nil {
 				continue
 			}
 			if err := b.s.syncLive(); err != nil {
-				b.s.log.Warn("segkv: interval sync failed", "err", err)
+				b.s.backgroundError("sync", err)
 			}
 		}
 	}
@@ -177,7 +177,7 @@ func (b *background) runMerges() {
 			case err != nil && b.ctx.Err() != nil:
 				// Stopped by Close: the step left nothing behind.
 			case err != nil:
-				b.s.log.Warn("segkv: background merge failed", "err", err)
+				b.s.backgroundError("merge", err)
 			case did:
 				b.requestMerge()
 			}
@@ -195,7 +195,7 @@ func (s *Store) ensureSpare() {
 	}
 	sp, err := s.makeSpare()
 	if err != nil {
-		s.log.Warn("segkv: making the next live file failed; the next seal will retry", "err", err)
+		s.backgroundError("spare", err) // the next seal makes one on its path
 		return
 	}
 	s.spare.Lock()

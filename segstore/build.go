@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -80,7 +82,7 @@ func (s *Store) buildOrderedSegment(ctx context.Context, df *dataFile, length in
 	ix, err := index.Load(s.fs, p, sum, ident, index.LoadOptions{NoMap: s.opts.DisableMmap, Repair: s.indexRepair(meta)})
 	if err != nil {
 		if rerr := s.fs.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			s.log.Warn("segkv: removing an unreadable new index failed", "path", p, "err", rerr)
+			s.log.Warn("segkv: removing an unreadable new index failed", slog.String("path", p), slog.Any("err", rerr))
 		}
 		return nil, fmt.Errorf("segkv: read back index of %s: %w", df.path, err)
 	}
@@ -98,7 +100,8 @@ func (s *Store) buildOrderedSegment(ctx context.Context, df *dataFile, length in
 func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 	p := filepath.Join(s.dir, segment.IndexName(sg.df.id))
 	if err := index.Write(s.fs, p, data); err != nil {
-		s.log.Warn("segkv: index write failed; it will be rebuilt on open", "path", p, "err", err)
+		// A cache: the next Open rebuilds it.
+		s.backgroundError("index-write", fmt.Errorf("segkv: write index %s: %w", p, err))
 		return
 	}
 	if s.opts.DisableMmap {
@@ -109,7 +112,7 @@ func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 	if err != nil {
 		// Written but not readable back: keep the heap copy; the next Open
 		// rebuilds the file.
-		s.log.Warn("segkv: reading back a new index failed; keeping it in memory", "path", p, "err", err)
+		s.log.Warn("segkv: reading back a new index failed; keeping it in memory", slog.String("path", p), slog.Any("err", err))
 		return
 	}
 	if sg.df.holdIndex(ix) {
@@ -126,34 +129,37 @@ func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 // damaged file removed, so that the next Open rebuilds it. An index holds no
 // data, so nothing is lost either way.
 func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index.Index, error) {
-	return func(cause error) (*index.Index, error) {
+	return func(cause error) (ix *index.Index, err error) {
 		s.stats.indexRebuilds.Add(1)
 		p := filepath.Join(s.dir, segment.IndexName(m.ID))
-		s.log.Warn("segkv: index damaged; rebuilding it from the data file", "index", p, "err", cause)
+		start := time.Now()
+		defer func() {
+			s.indexRebuilt(IndexRebuildInfo{SegmentID: m.ID, Path: p, Reason: cause.Error(), Duration: time.Since(start), Err: err})
+		}()
+		s.log.Warn("segkv: index damaged; rebuilding it from the data file", slog.String("index", p), slog.Any("err", cause))
 		if s.opts.ReadOnly {
 			// Nothing is written: the rebuilt index lives in the heap.
 			return recovery.RebuildIndexInMemory(s.fs, s.dir, m)
 		}
 		id := index.Identity{DataLength: m.DataLength, DataDigest: m.DataDigest}
-		err := recovery.RebuildIndexFile(s.fs, s.dir, m)
+		err = recovery.RebuildIndexFile(s.fs, s.dir, m)
 		if err == nil {
-			var ix *index.Index
 			if ix, err = index.Load(s.fs, p, m.IndexChecksum, id, index.LoadOptions{NoMap: s.opts.DisableMmap}); err == nil {
 				return ix, nil
 			}
 		}
-		s.log.Warn("segkv: writing a rebuilt index failed; keeping it in memory", "index", p, "err", err)
+		s.log.Warn("segkv: writing a rebuilt index failed; keeping it in memory", slog.String("index", p), slog.Any("err", err))
 		data, err := recovery.RebuildIndex(s.fs, s.dir, m)
 		if err != nil {
-			s.log.Error("segkv: rebuilding a damaged index failed", "index", p, "err", err)
+			s.log.Error("segkv: rebuilding a damaged index failed", slog.String("index", p), slog.Any("err", err))
 			return nil, err
 		}
-		ix, err := index.Decode(p, data, m.IndexChecksum, id)
+		ix, err = index.Decode(p, data, m.IndexChecksum, id)
 		if err != nil {
 			return nil, err
 		}
 		if err := s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			s.log.Warn("segkv: removing a damaged index failed", "index", p, "err", err)
+			s.log.Warn("segkv: removing a damaged index failed", slog.String("index", p), slog.Any("err", err))
 		}
 		return ix, nil
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -119,7 +120,7 @@ func (d *dataFile) reader() *fileMap {
 	d.noMap = true
 	f, err := d.s.fs.Open(d.path)
 	if err != nil {
-		d.s.log.Debug("segkv: cannot open data file to map it; reading with pread", "path", d.path, "err", err)
+		d.s.log.Debug("segkv: cannot open data file to map it; reading with pread", slog.String("path", d.path), slog.Any("err", err))
 		return nil
 	}
 	defer f.Close() // a mapping outlives its descriptor
@@ -141,7 +142,7 @@ func (d *dataFile) reader() *fileMap {
 		}
 	}
 	if err != nil || data == nil {
-		d.s.log.Debug("segkv: cannot map data file; reading with pread", "path", d.path, "err", err)
+		d.s.log.Debug("segkv: cannot map data file; reading with pread", slog.String("path", d.path), slog.Any("err", err))
 		return nil
 	}
 	m := &fileMap{data: data, unmap: unmap}
@@ -159,12 +160,12 @@ func (d *dataFile) unmap() {
 	d.released = true
 	if m := d.mapped.Swap(nil); m != nil {
 		if err := m.unmap(); err != nil {
-			d.s.log.Warn("segkv: unmapping a data file failed", "path", d.path, "err", err)
+			d.s.log.Warn("segkv: unmapping a data file failed", slog.String("path", d.path), slog.Any("err", err))
 		}
 	}
 	for _, ix := range d.indexes {
 		if err := ix.Close(); err != nil {
-			d.s.log.Warn("segkv: unmapping an index failed", "path", d.path, "err", err)
+			d.s.log.Warn("segkv: unmapping an index failed", slog.String("path", d.path), slog.Any("err", err))
 		}
 	}
 	d.indexes = nil
@@ -200,7 +201,7 @@ func (d *dataFile) remove() {
 	d.s.files.forget(d.id)
 	for _, p := range []string{d.path, filepath.Join(d.s.dir, segment.IndexName(d.id))} {
 		if err := d.s.fs.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
-			d.s.log.Warn("segkv: removing retired file failed; the next open removes it", "path", p, "err", err)
+			d.s.log.Warn("segkv: removing retired file failed; the next open removes it", slog.String("path", p), slog.Any("err", err))
 		}
 	}
 	d.s.stats.filesRemoved.Add(1)

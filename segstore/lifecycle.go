@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 )
 
@@ -128,7 +129,9 @@ func (s *Store) Close() error {
 	// not finish): say so, rather than return nil.
 	errs = append(errs, s.failed())
 	errs = append(errs, s.closeResources())
-	return errors.Join(errs...)
+	err := errors.Join(errs...)
+	s.log.Info("segkv: closed store", slog.String("dir", s.dir), slog.Any("err", err))
+	return err
 }
 
 // closeLive is Close's last work on the live file, with nothing else
@@ -145,7 +148,7 @@ func (s *Store) closeLive() error {
 		_, err := s.sealLocked(nil)
 		s.sealMu.Unlock()
 		if err != nil {
-			s.log.Warn("segkv: seal on close failed; the next open replays the live file", "err", err)
+			s.log.Warn("segkv: seal on close failed; the next open replays the live file", slog.Any("err", err))
 		}
 	}
 	s.bg.runTidy()
@@ -158,7 +161,7 @@ func (s *Store) closeLive() error {
 	// looking), and Open preallocates again. No barrier of its own: if a
 	// crash undoes it, the next Open is slower, not wrong.
 	if err := t.file.Truncate(t.w.Offset()); err != nil {
-		s.log.Warn("segkv: releasing the live file's preallocation on close failed", "path", t.path, "err", err)
+		s.log.Warn("segkv: releasing the live file's preallocation on close failed", slog.String("path", t.path), slog.Any("err", err))
 	}
 	if err := t.w.Sync(); err != nil {
 		s.fail(err)

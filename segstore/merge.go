@@ -222,6 +222,17 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	// is still the oldest when this step commits: a run that starts there
 	// has nothing older that a tombstone could be hiding.
 	dropTombstones := run[0] == oldestFirst[0]
+	info := MergeInfo{Inputs: make([]uint64, len(run))}
+	for i, sg := range run {
+		info.Inputs[i] = sg.meta.ID
+		info.BytesIn += sg.meta.DataLength
+	}
+	start := time.Now()
+	s.mergeBegin(info)
+	defer func() {
+		info.Duration = time.Since(start)
+		s.mergeEnd(info)
+	}()
 	for _, sg := range run {
 		sg.df.pin()
 	}
@@ -232,6 +243,7 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	}()
 	out, err := s.writeMerged(ctx, run, dropTombstones)
 	if err != nil {
+		info.Err = err
 		if errors.Is(context.Cause(ctx), errReplaced) {
 			// Stopped by a ReplaceAll: the output is gone, nothing changed,
 			// and the work resumes on the state the replace installs.
@@ -239,21 +251,15 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		}
 		return false, err
 	}
-	inputs := make([]uint64, len(run))
-	var inBytes int64
-	for i, sg := range run {
-		inputs[i] = sg.meta.ID
-		inBytes += sg.meta.DataLength
-	}
-	if err := s.commitSegments([]*sealed{out}, inputs, 0, nil); err != nil {
+	if err := s.commitSegments([]*sealed{out}, info.Inputs, 0, nil); err != nil {
 		out.df.unmap() // never installed: release its index mapping
+		info.Err = err
 		return false, err
 	}
 	s.stats.merges.Add(1)
-	s.stats.mergedBytesIn.Add(inBytes)
+	s.stats.mergedBytesIn.Add(info.BytesIn)
 	s.stats.mergedBytesOut.Add(out.meta.DataLength)
-	s.log.Debug("segkv: merged segments", "inputs", inputs, "output", out.meta.ID,
-		"bytes_in", inBytes, "bytes_out", out.meta.DataLength)
+	info.Output, info.BytesOut = out.meta.ID, out.meta.DataLength
 	return true, nil
 }
 
@@ -263,6 +269,8 @@ type mergeCursor struct {
 	pos int
 	cur index.Entry // the entry at pos, when ok
 	ok  bool
+	// entry is the entry nextMergeKey last chose from this cursor.
+	entry index.Entry
 }
 
 // load reads the entry at pos; false at the end or on an error.
@@ -284,195 +292,267 @@ func (c *mergeCursor) load() (bool, error) {
 // (unsynced), and returns the segment, not yet committed. On any error the
 // output file is removed (and would be by the next Open anyway).
 func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones bool) (_ *sealed, err error) {
+	df, w, err := s.createMergeOutput(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		if err != nil {
+			w.out.discard(s.fs)
+		}
+	}()
+	handles, release, err := s.acquireInputs(run)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	if err := w.writeRanges(run, dropTombstones); err != nil {
+		return nil, err
+	}
+	if err := w.writeSurvivors(run, handles, dropTombstones); err != nil {
+		return nil, err
+	}
+	length, digest, err := s.finishMergeOutput(w)
+	if err != nil {
+		return nil, err
+	}
+	var maxOrder uint64
+	for _, sg := range run {
+		maxOrder = max(maxOrder, sg.meta.Order)
+	}
+	// The output's records are in key order: its index is written by a
+	// second, sequential pass over it (from the page cache), in memory that
+	// does not grow with the output.
+	return s.buildOrderedSegment(ctx, df, length, digest, w.keys, w.firstKey, w.lastKey, w.records, maxOrder)
+}
+
+// mergeWriter appends a merge's output records to its file in frames of
+// about mergeFrameBytes, paced by MergeOptions.BytesPerSecond, and keeps
+// what the output's index needs: the point records' count and first and
+// last keys, and the record count.
+type mergeWriter struct {
+	s       *Store
+	ctx     context.Context
+	out     *digestWriter
+	payload []byte
+	frame   []byte
+	started time.Time
+	written int64
+
+	keys     int    // point records written
+	firstKey []byte // and the first and last of their keys
+	lastKey  []byte
+	records  uint64
+}
+
+// createMergeOutput creates the output's ".seg" file under a new id and
+// writes its header.
+func (s *Store) createMergeOutput(ctx context.Context) (*dataFile, *mergeWriter, error) {
 	id := s.mlog.NewID()
 	df := s.newDataFile(id, segment.KindSeg)
 	f, err := s.fs.Create(df.path)
 	if err != nil {
-		return nil, fmt.Errorf("segkv: create merge output: %w", err)
+		return nil, nil, fmt.Errorf("segkv: create merge output: %w", err)
 	}
-	out := newDigestWriter(f, df.path)
-	defer func() {
-		if err != nil {
-			out.discard(s.fs)
-		}
-	}()
-	if err := out.write(segment.Header()); err != nil {
-		return nil, err
+	w := &mergeWriter{s: s, ctx: ctx, out: newDigestWriter(s.timedSyncs(f), df.path), started: time.Now()}
+	if err := w.out.write(segment.Header()); err != nil {
+		w.out.discard(s.fs)
+		return nil, nil, err
 	}
+	return df, w, nil
+}
 
-	handles := make([]*fileHandle, len(run))
+// acquireInputs opens every input's data file through the file cache (the
+// reads a mapping cannot serve); release gives them back.
+func (s *Store) acquireInputs(run []*sealed) (handles []*fileHandle, release func(), err error) {
+	handles = make([]*fileHandle, len(run))
 	for i, sg := range run {
 		h, err := s.files.acquire(sg.df.id, sg.df.path)
 		if err != nil {
 			for _, hh := range handles[:i] {
 				s.files.release(hh)
 			}
-			return nil, err
+			return nil, nil, err
 		}
 		handles[i] = h
 	}
-	defer func() {
+	return handles, func() {
 		for _, h := range handles {
 			s.files.release(h)
 		}
-	}()
+	}, nil
+}
 
-	var (
-		keys     int    // point records written
-		firstKey []byte // and the first and last of their keys, which the index needs first
-		lastKey  []byte
-		payload  []byte
-		frame    []byte
-		records  uint64
-		started  = time.Now()
-		written  int64
-		maxOrder uint64
-	)
-	for _, sg := range run {
-		maxOrder = max(maxOrder, sg.meta.Order)
+// add appends one record, flushing a frame once the payload is full.
+func (w *mergeWriter) add(rec []byte) error {
+	w.payload = append(w.payload, rec...)
+	w.records++
+	if len(w.payload) >= mergeFrameBytes {
+		return w.flush()
 	}
-	flush := func() error {
-		if len(payload) == 0 {
-			return nil
+	return nil
+}
+
+// flush writes the payload as one frame, then waits as long as the rate
+// limit asks; it returns the context's error, so a cancelled merge stops
+// at its next frame.
+func (w *mergeWriter) flush() error {
+	if len(w.payload) == 0 {
+		return nil
+	}
+	w.frame = wal.AppendFrame(w.frame[:0], w.payload, 0)
+	if err := w.out.write(w.frame); err != nil {
+		return err
+	}
+	w.written += int64(len(w.frame))
+	w.payload = w.payload[:0]
+	if bps := w.s.mergeOpts.BytesPerSecond; bps > 0 {
+		// Pace the background copy; no writer waits on this sleep.
+		due := w.started.Add(time.Duration(float64(w.written) / float64(bps) * float64(time.Second)))
+		if d := time.Until(due); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-w.ctx.Done():
+			}
 		}
-		frame = wal.AppendFrame(frame[:0], payload, 0)
-		if err := out.write(frame); err != nil {
+	}
+	return w.ctx.Err()
+}
+
+// writeRanges writes the run's range tombstones, first in the output, so
+// that every point record, which survived them, comes after them in the
+// file, as the index builder's rule (a range tombstone deletes the records
+// before it) requires. They are kept unless nothing older than the run
+// exists for them to delete.
+func (w *mergeWriter) writeRanges(run []*sealed, dropTombstones bool) error {
+	if dropTombstones {
+		return nil
+	}
+	sets := make([]*rangedel.Set, len(run))
+	for i, sg := range run {
+		sets[i] = sg.index().Ranges()
+	}
+	for _, sp := range rangedel.Merge(sets...).Spans() {
+		if err := w.add(segment.AppendRecord(nil, segment.KindRangeDelete, sp.Start, sp.End)); err != nil {
 			return err
 		}
-		written += int64(len(frame))
-		payload = payload[:0]
-		if bps := s.mergeOpts.BytesPerSecond; bps > 0 {
-			// Pace the background copy; no writer waits on this sleep.
-			due := started.Add(time.Duration(float64(written) / float64(bps) * float64(time.Second)))
-			if d := time.Until(due); d > 0 {
-				select {
-				case <-time.After(d):
-				case <-ctx.Done():
-				}
-			}
-		}
-		return ctx.Err()
 	}
+	return nil
+}
 
-	// Range tombstones go first in the output, so that every point record,
-	// which survived them, comes after them in the file, as the index
-	// builder's rule (a range tombstone deletes the records before it)
-	// requires. They are kept unless nothing older than the run exists for
-	// them to delete.
-	var ranges *rangedel.Set
-	if !dropTombstones {
-		sets := make([]*rangedel.Set, len(run))
-		for i, sg := range run {
-			sets[i] = sg.index().Ranges()
-		}
-		ranges = rangedel.Merge(sets...)
-	}
-	for _, sp := range ranges.Spans() {
-		payload = segment.AppendRecord(payload, segment.KindRangeDelete, sp.Start, sp.End)
-		records++
-		if len(payload) >= mergeFrameBytes {
-			if err := flush(); err != nil {
-				return nil, err
-			}
-		}
-	}
+// writeSurvivors walks the inputs' indexes in key order together and
+// writes the newest version of each key, unless it is a tombstone the
+// merge may drop or a newer input's range tombstone deletes it; then
+// flushes the last frame.
+func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropTombstones bool) error {
 	// newerRanges[i] is the union of the range tombstones of the inputs
 	// newer than input i: a key input i holds is deleted if it covers it.
 	newerRanges := make([]*rangedel.Set, len(run))
 	for i := len(run) - 2; i >= 0; i-- {
 		newerRanges[i] = rangedel.Merge(newerRanges[i+1], run[i+1].index().Ranges())
 	}
-
 	cursors := make([]*mergeCursor, len(run))
 	maps := make([]*fileMap, len(run))
 	for i, sg := range run {
 		cursors[i] = &mergeCursor{ix: sg.index()}
 		if _, err := cursors[i].load(); err != nil {
-			return nil, fmt.Errorf("segkv: merge read index of %s: %w", sg.df.path, err)
+			return fmt.Errorf("segkv: merge read index of %s: %w", sg.df.path, err)
 		}
 		maps[i] = sg.df.reader()
 	}
 	buf := make([]byte, 0, 4096)
 	for {
-		// The smallest key among cursors; on ties the newest input (last in run) wins.
-		best := -1
-		var bestKey []byte
-		for i, c := range cursors {
-			if !c.ok {
-				continue
-			}
-			k := c.cur.Key
-			if best < 0 {
-				best, bestKey = i, k
-				continue
-			}
-			if cmp := bytes.Compare(k, bestKey); cmp < 0 || cmp == 0 {
-				best, bestKey = i, k
-			}
+		best, key, err := nextMergeKey(run, cursors)
+		if err != nil {
+			return err
 		}
 		if best < 0 {
 			break
 		}
-		e := cursors[best].cur
-		key := bytes.Clone(bestKey)
-		for i, c := range cursors {
-			if c.ok && bytes.Equal(c.cur.Key, key) {
-				c.pos++
-				if _, err := c.load(); err != nil {
-					return nil, fmt.Errorf("segkv: merge read index of %s: %w", run[i].df.path, err)
-				}
-			}
-		}
+		e := cursors[best].entry
 		if e.Kind == index.KindDelete && dropTombstones || newerRanges[best].Covers(key) {
 			continue
 		}
 		var rec []byte
-		if m := maps[best]; m != nil && e.Offset+int64(e.Length) <= int64(len(m.data)) {
-			// Straight from the mapping (the run is pinned): no system call
-			// per record, and the copy into the payload is the only one.
-			rec = m.data[e.Offset : e.Offset+int64(e.Length)]
-		} else {
-			if cap(buf) < int(e.Length) {
-				buf = make([]byte, e.Length)
-			}
-			rec = buf[:e.Length]
-			if _, err := handles[best].f.ReadAt(rec, e.Offset); err != nil {
-				return nil, fmt.Errorf("segkv: merge read %s at %d: %w", run[best].df.path, e.Offset, err)
-			}
+		if rec, buf, err = readMergeRecord(run[best], maps[best], handles[best], e, buf); err != nil {
+			return err
 		}
-		// Verify before copying: a merge must not launder a damaged record
-		// into a new file with a fresh checksum.
-		if _, _, err := segment.DecodeRecord(rec); err != nil {
-			return nil, fmt.Errorf("%w: %s at %d: %v", ErrCorrupt, run[best].df.path, e.Offset, err)
+		if w.keys == 0 {
+			w.firstKey = key
 		}
-		if keys == 0 {
-			firstKey = key
+		w.lastKey = key
+		w.keys++
+		if err := w.add(rec); err != nil {
+			return err
 		}
-		lastKey = key
-		keys++
-		payload = append(payload, rec...)
-		records++
-		if len(payload) >= mergeFrameBytes {
-			if err := flush(); err != nil {
-				return nil, err
+	}
+	return w.flush()
+}
+
+// nextMergeKey returns the input holding the smallest key among the
+// cursors (on ties the newest input, last in run, wins) and that key, and
+// moves every cursor at that key past it; the winning entry is left in its
+// cursor's entry field. best is -1 once every cursor is done.
+func nextMergeKey(run []*sealed, cursors []*mergeCursor) (best int, key []byte, err error) {
+	best = -1
+	var bestKey []byte
+	for i, c := range cursors {
+		if !c.ok {
+			continue
+		}
+		if best < 0 || bytes.Compare(c.cur.Key, bestKey) <= 0 {
+			best, bestKey = i, c.cur.Key
+		}
+	}
+	if best < 0 {
+		return -1, nil, nil
+	}
+	cursors[best].entry = cursors[best].cur
+	key = bytes.Clone(bestKey)
+	for i, c := range cursors {
+		if c.ok && bytes.Equal(c.cur.Key, key) {
+			c.pos++
+			if _, err := c.load(); err != nil {
+				return -1, nil, fmt.Errorf("segkv: merge read index of %s: %w", run[i].df.path, err)
 			}
 		}
 	}
-	if err := flush(); err != nil {
-		return nil, err
+	return best, key, nil
+}
+
+// readMergeRecord returns the record e of input sg, verified: from the
+// input's mapping m when it has one (the run is pinned: no system call per
+// record, and the copy into the payload is the only one), else read into
+// buf (grown if needed) through h.
+func readMergeRecord(sg *sealed, m *fileMap, h *fileHandle, e index.Entry, buf []byte) (rec, _ []byte, err error) {
+	if m != nil && e.Offset+int64(e.Length) <= int64(len(m.data)) {
+		rec = m.data[e.Offset : e.Offset+int64(e.Length)]
+	} else {
+		if cap(buf) < int(e.Length) {
+			buf = make([]byte, e.Length)
+		}
+		rec = buf[:e.Length]
+		if _, err := h.f.ReadAt(rec, e.Offset); err != nil {
+			return nil, buf, fmt.Errorf("segkv: merge read %s at %d: %w", sg.df.path, e.Offset, err)
+		}
 	}
-	// The output must be durable, and its directory entry too, before the
-	// manifest names it. This directory sync is on the merge's path, not a
-	// writer's.
-	length, digest, err := out.finish()
-	if err != nil {
-		return nil, err
+	// Verify before copying: a merge must not launder a damaged record
+	// into a new file with a fresh checksum.
+	if _, _, err := segment.DecodeRecord(rec); err != nil {
+		return nil, buf, fmt.Errorf("%w: %s at %d: %v", ErrCorrupt, sg.df.path, e.Offset, err)
+	}
+	return rec, buf, nil
+}
+
+// finishMergeOutput makes the output durable, and its directory entry too:
+// the manifest may name it only then. This directory sync is on the
+// merge's path, not a writer's.
+func (s *Store) finishMergeOutput(w *mergeWriter) (length int64, digest uint64, err error) {
+	if length, digest, err = w.out.finish(); err != nil {
+		return 0, 0, err
 	}
 	if err := s.fs.SyncDir(s.dir); err != nil {
-		return nil, fmt.Errorf("segkv: sync directory for merge output: %w", err)
+		return 0, 0, fmt.Errorf("segkv: sync directory for merge output: %w", err)
 	}
-	// The output's records are in key order: its index is written by a
-	// second, sequential pass over it (from the page cache), in memory that
-	// does not grow with the output.
-	return s.buildOrderedSegment(ctx, df, length, digest, keys, firstKey, lastKey, records, maxOrder)
+	return length, digest, nil
 }

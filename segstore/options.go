@@ -80,7 +80,11 @@ type Options struct {
 	// checksum either way. Ignored for file systems whose files do not
 	// implement vfs.Mapper.
 	DisableMmap bool
-	// Logger receives repairs (WARN) and lifecycle events (INFO, DEBUG).
+	// Logger receives the store's log records, with their figures as
+	// attributes: each repair Open makes and each failure the store
+	// recovers from (WARN); the store failing (ERROR); Open with what it
+	// found, Close, each seal, merge step, import and manifest rotation
+	// (INFO); the start of a seal or merge step and other detail (DEBUG).
 	// nil discards.
 	Logger *slog.Logger
 	// ReadOnly opens an existing store for reading only. Open repairs
@@ -102,6 +106,11 @@ type Options struct {
 	// fs.ErrNotExist. A live chain longer than two files (never left by one
 	// crash) is refused with ErrReadOnly: open it writable once.
 	ReadOnly bool
+	// Events receives the same events with their figures as values, for
+	// a program to act on or count: see EventListener, which says on which
+	// goroutine and under which locks each runs. The zero value listens to
+	// nothing.
+	Events EventListener
 }
 
 func (o *Options) withDefaults() (Options, error) {

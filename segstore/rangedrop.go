@@ -2,6 +2,7 @@ package segstore
 
 import (
 	"bytes"
+	"log/slog"
 
 	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
@@ -79,9 +80,9 @@ func (s *Store) dropCovered(spans []rangedel.Span, boundary uint64) {
 		return
 	}
 	if err := s.commitSegmentsLocked(nil, covered, 0, nil); err != nil {
-		s.log.Error("segkv: dropping segments under a range tombstone failed", "segments", covered, "err", err)
+		s.log.Error("segkv: dropping segments under a range tombstone failed", slog.Any("segments", covered), slog.Any("err", err))
 		return
 	}
 	s.stats.rangeDrops.Add(int64(len(covered)))
-	s.log.Debug("segkv: dropped segments under a range tombstone", "segments", covered)
+	s.log.Debug("segkv: dropped segments under a range tombstone", slog.Any("segments", covered))
 }

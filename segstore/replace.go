@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"path/filepath"
 	"slices"
 
@@ -263,7 +264,7 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 	}
 	next := newTail(s, sp.id)
 	next.path, next.file, next.df = sp.path, sp.f, s.newDataFile(sp.id, segment.KindLog)
-	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
+	next.w = wal.NewWriter(s.timedSyncs(sp.f), sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
 
 	// An Import checks for duplicates and commits under importMu: it sees
 	// the state before the replace or after it, never a mixture.
@@ -312,7 +313,7 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 		}
 	}
 	s.mu.RUnlock()
-	c, err := s.mlog.CommitEdit(manifestlog.Edit{Add: add, Remove: remove, SetLive: true, LiveID: next.id})
+	c, err := s.commitManifest(manifestlog.Edit{Add: add, Remove: remove, SetLive: true, LiveID: next.id})
 	if err != nil {
 		s.commitMu.Unlock()
 		if errors.Is(err, manifestlog.ErrInvalidEdit) {
@@ -373,11 +374,11 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 	old.syncMu.Lock()
 	old.retired = true
 	if err := old.file.Close(); err != nil {
-		s.log.Warn("segkv: closing the replaced live file failed", "path", old.path, "err", err)
+		s.log.Warn("segkv: closing the replaced live file failed", slog.String("path", old.path), slog.Any("err", err))
 	}
 	old.syncMu.Unlock()
 	old.df.retire()
-	s.log.Debug("segkv: replaced the store's state", "segments", len(installed), "copied", len(installed)-len(keep), "kept", len(keep), "removed", len(remove), "live", next.id)
+	s.log.Debug("segkv: replaced the store's state", slog.Int("segments", len(installed)), slog.Int("copied", len(installed)-len(keep)), slog.Int("kept", len(keep)), slog.Int("removed", len(remove)), slog.Uint64("live", next.id))
 	return out, false, nil
 }
 

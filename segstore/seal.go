@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/rangedel"
@@ -44,7 +46,7 @@ func (s *Store) makeSpare() (*spareFile, error) {
 	if _, err := f.WriteAt(segment.Header(), 0); err != nil {
 		return fail("write header of", err)
 	}
-	if err := f.Sync(); err != nil {
+	if err := s.timedSyncs(f).Sync(); err != nil {
 		return fail("sync", err)
 	}
 	if err := s.fs.SyncDir(s.dir); err != nil {
@@ -59,7 +61,7 @@ func (s *Store) makeSpare() (*spareFile, error) {
 func (s *Store) discardSpare(sp *spareFile) error {
 	err := sp.f.Close()
 	if rerr := s.fs.Remove(sp.path); rerr != nil {
-		s.log.Debug("segkv: removing an unused spare failed; the next open removes it", "path", sp.path, "err", rerr)
+		s.log.Debug("segkv: removing an unused spare failed; the next open removes it", slog.String("path", sp.path), slog.Any("err", rerr))
 	}
 	return err
 }
@@ -124,6 +126,23 @@ func (s *Store) sealLocked(atSwitch func(frozen *tail)) (*sealed, error) {
 	if old.empty() {
 		return nil, nil
 	}
+	info := SealInfo{ID: old.id, Bytes: old.w.Offset()}
+	old.mu.RLock()
+	info.Records = uint64(old.records)
+	old.mu.RUnlock()
+	start := time.Now()
+	s.sealBegin(info)
+	seg, err := s.switchAndSeal(old, atSwitch)
+	info.Duration, info.Err = time.Since(start), err
+	if seg != nil {
+		info.Bytes, info.Records = seg.meta.DataLength, seg.meta.Records
+	}
+	s.sealEnd(info)
+	return seg, err
+}
+
+// switchAndSeal is sealLocked's work on the non-empty live file old.
+func (s *Store) switchAndSeal(old *tail, atSwitch func(frozen *tail)) (*sealed, error) {
 	sp, err := s.takeSpare()
 	if err != nil {
 		return nil, err
@@ -139,7 +158,7 @@ func (s *Store) sealLocked(atSwitch func(frozen *tail)) (*sealed, error) {
 	}
 	next := newTail(s, sp.id)
 	next.path, next.file, next.df = sp.path, sp.f, s.newDataFile(sp.id, segment.KindLog)
-	next.w = wal.NewWriter(sp.f, sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
+	next.w = wal.NewWriter(s.timedSyncs(sp.f), sp.path, segment.HeaderSize, segment.HeaderSize, s.walOptions(next))
 
 	// The switch: wait for in-flight commits to the old file, then point
 	// writers at the new one. The link record goes first into the new file so
@@ -216,7 +235,7 @@ func (s *Store) completeSeal(t *tail, liveID uint64) (*sealed, error) {
 		if digest, err = segment.Digest(t.file, end); err == nil {
 			break
 		}
-		s.log.Warn("segkv: reading the sealed file failed", "path", t.path, "attempt", attempt, "of", sealReadAttempts, "err", err)
+		s.log.Warn("segkv: reading the sealed file failed", slog.String("path", t.path), slog.Int("attempt", attempt), slog.Int("of", sealReadAttempts), slog.Any("err", err))
 	}
 	if err != nil {
 		return nil, err
@@ -276,7 +295,7 @@ func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint
 	if liveID != 0 {
 		edit.SetLive, edit.LiveID = true, liveID
 	}
-	c, err := s.mlog.CommitEdit(edit)
+	c, err := s.commitManifest(edit)
 	if err != nil {
 		s.fail(err)
 		return fmt.Errorf("%w: manifest commit: %w", ErrFailed, err)
@@ -311,7 +330,7 @@ func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint
 	}
 	if len(covered) > 0 {
 		s.stats.rangeDrops.Add(int64(len(covered)))
-		s.log.Debug("segkv: dropped segments under a range tombstone", "segments", covered)
+		s.log.Debug("segkv: dropped segments under a range tombstone", slog.Any("segments", covered))
 	}
 	return nil
 }
@@ -420,6 +439,6 @@ func (s *Store) tidy(j sealTidy) {
 		}
 	}
 	if err != nil {
-		s.log.Warn("segkv: releasing a sealed file's preallocation failed", "path", j.df.path, "err", err)
+		s.log.Warn("segkv: releasing a sealed file's preallocation failed", slog.String("path", j.df.path), slog.Any("err", err))
 	}
 }

@@ -97,6 +97,12 @@ func (sn *Snapshot) Close() error {
 
 // Get returns the value key had when the snapshot was taken.
 func (sn *Snapshot) Get(key []byte) ([]byte, error) {
+	v, err := sn.get(key)
+	sn.s.countGet(err)
+	return v, err
+}
+
+func (sn *Snapshot) get(key []byte) ([]byte, error) {
 	if len(key) > sn.s.opts.MaxKeySize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLarge, len(key), sn.s.opts.MaxKeySize)
 	}

@@ -22,6 +22,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
@@ -268,6 +269,7 @@ type testHooks struct {
 }
 
 func open(dir string, opts *Options, hooks testHooks) (*Store, error) {
+	start := time.Now()
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
@@ -308,11 +310,16 @@ func open(dir string, opts *Options, hooks testHooks) (*Store, error) {
 		s.closeResources()
 		return nil, err
 	}
+	repairs := 0
 	if !o.ReadOnly {
-		// A read-only store has no background: no spare, no seal, no
-		// merge, no interval sync (a nil background does nothing).
+		// A read-only open repaired nothing (its RecoveryReport says what
+		// a writable one would repair), so it reports no repair events;
+		// and it has no background: no spare, no seal, no merge, no
+		// interval sync (a nil background does nothing).
+		repairs = s.reportRepairs()
 		s.bg = startBackground(s)
 	}
+	s.logOpened(start, repairs)
 	return s, nil
 }
 
@@ -325,7 +332,7 @@ func (s *Store) recover() error {
 	if err := s.refuseDataWithoutManifest(); err != nil {
 		return err
 	}
-	mlog, state, mrep, err := manifestlog.Open(s.fs, s.dir, manifestlog.Options{Logger: s.log})
+	mlog, state, mrep, err := manifestlog.Open(s.fs, s.dir, manifestlog.Options{Logger: s.log, OnRotate: s.manifestRotated})
 	if err != nil {
 		return fmt.Errorf("segkv: open manifest: %w", err)
 	}
@@ -467,7 +474,7 @@ func (s *Store) openTail(id uint64, end int64, replayed *tail) (*tail, error) {
 	}
 	t.path, t.file = p, f
 	t.df = s.newDataFile(id, segment.KindLog)
-	t.w = wal.NewWriter(f, p, end, end, s.walOptions(t))
+	t.w = wal.NewWriter(s.timedSyncs(f), p, end, end, s.walOptions(t))
 	return t, nil
 }
 
@@ -477,7 +484,7 @@ func (s *Store) openTail(id uint64, end int64, replayed *tail) (*tail, error) {
 func (s *Store) preallocateTail(t *tail) {
 	if size, err := t.file.Size(); err == nil && size < s.opts.SegmentSize {
 		if err := t.file.Preallocate(size, s.opts.SegmentSize-size); err != nil {
-			s.log.Debug("segkv: preallocate live file", "path", t.path, "err", err)
+			s.log.Debug("segkv: preallocate live file", slog.String("path", t.path), slog.Any("err", err))
 		}
 	}
 }
@@ -589,7 +596,10 @@ func (s *Store) failed() error {
 // fail puts the store into the failed state: no more writes.
 func (s *Store) fail(err error) {
 	if s.failure.CompareAndSwap(nil, &err) {
-		s.log.Error("segkv: store failed; writes refused until reopen", "err", err)
+		s.log.Error("segkv: store failed; writes refused until reopen", slog.Any("err", err))
+		if f := s.opts.Events.StoreFailed; f != nil {
+			f(StoreFailedInfo{Err: err})
+		}
 	}
 }
 
@@ -688,6 +698,7 @@ func (s *Store) Apply(b *Batch) error {
 		return fmt.Errorf("%w: %w", ErrFailed, err)
 	}
 	b.applied = true
+	s.stats.writeBytes.Add(int64(len(req.Payload)))
 	// Commit has returned: the group that held b.buf is written and
 	// published, and nothing refers to the buffers any more.
 	b.recycle()
@@ -703,6 +714,25 @@ func (s *Store) Apply(b *Batch) error {
 
 // Get returns a copy of the value of key, or ErrNotFound.
 func (s *Store) Get(key []byte) ([]byte, error) {
+	v, err := s.get(key)
+	s.countGet(err)
+	return v, err
+}
+
+// countGet counts a Get's outcome: one atomic add. Gets return ErrNotFound
+// itself, never wrapped, so the comparison needs no errors.Is.
+func (s *Store) countGet(err error) {
+	switch err {
+	case nil:
+		s.stats.getHits.Add(1)
+	case ErrNotFound:
+		s.stats.getMisses.Add(1)
+	default:
+		s.stats.getErrors.Add(1)
+	}
+}
+
+func (s *Store) get(key []byte) ([]byte, error) {
 	if len(key) > s.opts.MaxKeySize {
 		return nil, fmt.Errorf("%w: %d bytes, limit %d", ErrKeyTooLarge, len(key), s.opts.MaxKeySize)
 	}
@@ -737,13 +767,22 @@ func (s *Store) Get(key []byte) ([]byte, error) {
 // (or holds mu).
 func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 	probe := index.NewProbe(key) // hashed once for every segment's bloom filter
+	var filtered int64           // segments the bloom filters ruled out: counted once, at the end
+	defer func() {
+		if filtered > 0 {
+			s.stats.bloomNegs.Add(filtered)
+		}
+	}()
 	for _, seg := range segs {
 		ix := seg.index()
-		e, ok, err := ix.Get(&probe)
+		e, ok, bloomNeg, err := ix.Lookup(&probe)
 		if err != nil {
 			return nil, fmt.Errorf("segkv: get: %w", err)
 		}
 		if !ok {
+			if bloomNeg {
+				filtered++
+			}
 			if ix.Ranges().Covers(key) {
 				return nil, ErrNotFound
 			}
@@ -764,6 +803,7 @@ func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key
 	if err != nil {
 		return nil, err
 	}
+	s.stats.readBytes.Add(int64(length))
 	// readRecord read into a buffer of its own, so the value can be handed
 	// to the caller without a second copy. The capacity is cut so that an
 	// append by the caller cannot scribble over the checksum behind it.

@@ -9,6 +9,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 
@@ -166,7 +167,7 @@ func (e *ImportError) Unwrap() error { return e.Err }
 // this check across merges. Imported
 // segments are newer than every sealed segment, older than the live file.
 // The returned infos describe the segments added, in stream order.
-func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInfo, error) {
+func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []SegmentInfo, err error) {
 	if ctx == nil {
 		return nil, fmt.Errorf("%w: nil context", ErrInvalidOption)
 	}
@@ -174,6 +175,21 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) ([]SegmentInf
 		return nil, err
 	}
 	defer s.ops.leave()
+	ev := ImportInfo{Streams: len(segments)}
+	start := time.Now()
+	s.importBegin(ev)
+	defer func() {
+		ev.Duration, ev.Err = time.Since(start), err
+		for _, in := range infos {
+			ev.Segments = append(ev.Segments, in.ID)
+			ev.Bytes += in.Size
+		}
+		if err == nil && len(infos) > 0 {
+			s.stats.importBatches.Add(1)
+			s.stats.importedBytes.Add(ev.Bytes)
+		}
+		s.importEnd(ev)
+	}()
 	ctx, done := s.opContext(ctx)
 	defer done()
 
@@ -274,7 +290,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err != nil {
 		return nil, fmt.Errorf("segkv: import: create %s: %w", df.path, err)
 	}
-	out := newDigestWriter(f, df.path)
+	out := newDigestWriter(s.timedSyncs(f), df.path)
 	defer func() {
 		if err != nil {
 			out.discard(s.fs)
