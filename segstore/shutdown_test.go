@@ -1178,11 +1178,10 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// waitClosing waits until Close has begun on s.
+// waitClosing waits until Close has begun on s and cancelled the
+// operations it admitted.
 func waitClosing(s *Store) {
-	for !s.closed.Load() {
-		runtime.Gosched()
-	}
+	<-s.closing.Done()
 }
 
 // TestShutdownDuringBlockedImport: Close while an Import waits on a slow
