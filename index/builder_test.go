@@ -21,7 +21,7 @@ func TestIndexBuilderMatchesReplay(t *testing.T) {
 		key := rapid.SampledFrom(keys)
 		b := NewBuilder()
 		type rec struct {
-			kind uint8
+			kind segment.RecordKind
 			off  int64
 		}
 		model := map[string]rec{}

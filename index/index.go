@@ -53,13 +53,15 @@ import (
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/rangedel"
+	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
 
-// Record kinds, the same values as the data file's record kinds.
+// Record kinds an index holds: the data file's own, since an entry names the
+// key's newest record and an index file stores its kind byte as is.
 const (
-	KindPut    uint8 = 1
-	KindDelete uint8 = 2
+	KindPut    = segment.KindPut
+	KindDelete = segment.KindDelete
 )
 
 // Format constants. They are part of the on-disk format: see
@@ -129,9 +131,9 @@ var ErrInvalidEntries = errors.New("index: invalid entries")
 // Entry is one key of a segment and the location of its newest record.
 type Entry struct {
 	Key    []byte
-	Kind   uint8  // KindPut or KindDelete
-	Offset int64  // offset of the record in the data file
-	Length uint32 // length of the record in the data file
+	Kind   segment.RecordKind // KindPut or KindDelete
+	Offset int64              // offset of the record in the data file
+	Length uint32             // length of the record in the data file
 }
 
 // Identity names the data file an index was built for. An index whose
@@ -1015,7 +1017,7 @@ func (ix *Index) checkBlock(b int) error {
 			return corruption.New(ix.path, at, "key block %d: record %d spans [%d, %d) of %d bytes", b, j, lo, hi, recLen)
 		}
 		r := blk.recs[lo:hi]
-		if r[0] != KindPut && r[0] != KindDelete {
+		if k := segment.RecordKind(r[0]); k != KindPut && k != KindDelete {
 			return corruption.New(ix.path, at, "key block %d: record %d has unknown kind %d", b, j, r[0])
 		}
 		roff, rlen := int64(le.Uint64(r[1:])), int64(le.Uint32(r[9:]))
@@ -1077,7 +1079,7 @@ func (blk block) at(j int) Entry {
 	le := binary.LittleEndian
 	return Entry{
 		Key:    r[recordMeta:len(r):len(r)],
-		Kind:   r[0],
+		Kind:   segment.RecordKind(r[0]),
 		Offset: int64(le.Uint64(r[1:])),
 		Length: le.Uint32(r[9:]),
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/internal/testutil"
+	"github.com/segkv/segkv/segment"
 )
 
 // testID is the identity used where the test does not care which one.
@@ -294,7 +295,7 @@ func TestLargeKeys(t *testing.T) {
 }
 
 func TestEncodeRejects(t *testing.T) {
-	e := func(k string, kind uint8, off int64, n uint32) Entry {
+	e := func(k string, kind segment.RecordKind, off int64, n uint32) Entry {
 		return Entry{Key: []byte(k), Kind: kind, Offset: off, Length: n}
 	}
 	cases := map[string]struct {
@@ -751,7 +752,7 @@ func flipMask(i int) byte {
 func shortEntries(n int) []Entry {
 	entries := make([]Entry, n)
 	for i := range entries {
-		entries[i] = Entry{Key: fmt.Appendf(nil, "%04d", 3*i), Kind: KindPut + uint8(i%3/2), Offset: 16 + 20*int64(i), Length: 20}
+		entries[i] = Entry{Key: fmt.Appendf(nil, "%04d", 3*i), Kind: KindPut + segment.RecordKind(i%3/2), Offset: 16 + 20*int64(i), Length: 20}
 	}
 	return entries
 }
@@ -1125,7 +1126,7 @@ func TestRoundTripProperty(t *testing.T) {
 			length := rapid.Uint32Range(0, uint32(min(id.DataLength, 1<<32-1))).Draw(rt, "length")
 			entries[i] = Entry{
 				Key:    k,
-				Kind:   rapid.SampledFrom([]uint8{KindPut, KindDelete}).Draw(rt, "kind"),
+				Kind:   rapid.SampledFrom([]segment.RecordKind{KindPut, KindDelete}).Draw(rt, "kind"),
 				Offset: rapid.Int64Range(0, id.DataLength-int64(length)).Draw(rt, "offset"),
 				Length: length,
 			}

@@ -98,7 +98,7 @@ func encodeLegacy(entries []Entry, ranges *rangedel.Set, id Identity) (data []by
 		binary.BigEndian.PutUint64(buf[wordsStart+8*uint64(i):], searchWord(e.Key[prefixLen:]))
 		le.PutUint32(offs[4*i:], pos)
 		r := recs[pos:]
-		r[0] = e.Kind
+		r[0] = byte(e.Kind)
 		le.PutUint64(r[1:], uint64(e.Offset))
 		le.PutUint32(r[9:], e.Length)
 		copy(r[recordMeta:], e.Key)

@@ -168,7 +168,7 @@ func (iw *Writer) flushBlock() error {
 	}
 	buf = le.AppendUint32(buf, pos)
 	for _, e := range iw.blk {
-		buf = append(buf, e.Kind)
+		buf = append(buf, byte(e.Kind))
 		buf = le.AppendUint64(buf, uint64(e.Offset))
 		buf = le.AppendUint32(buf, e.Length)
 		buf = append(buf, e.Key...)

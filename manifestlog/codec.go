@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+
+	"github.com/segkv/segkv/segment"
 )
 
 // Record kinds: the first byte of every frame payload. A reader that meets a
@@ -104,7 +106,7 @@ func appendBytes(b, p []byte) []byte {
 // appendSegment encodes one segment (same form in checkpoints and edits).
 func appendSegment(b []byte, m *SegmentMeta) []byte {
 	b = appendUvarint(b, m.ID)
-	b = append(b, m.FileKind)
+	b = append(b, byte(m.FileKind))
 	b = appendUvarint(b, m.Order)
 	b = appendUvarint(b, uint64(m.DataLength))
 	b = appendU64(b, m.DataDigest)
@@ -298,7 +300,10 @@ func (d *decoder) count(minElem int) int {
 func (d *decoder) segment() SegmentMeta {
 	var m SegmentMeta
 	m.ID = d.uvarint()
-	m.FileKind = d.u8()
+	m.FileKind = segment.FileKind(d.u8())
+	if !m.FileKind.Known() {
+		d.fail(fmt.Errorf("segment %d has unknown %v", m.ID, m.FileKind))
+	}
 	m.Order = d.uvarint()
 	dl := d.uvarint()
 	if dl > math.MaxInt64 {

@@ -12,7 +12,7 @@ import (
 // one WriteAt and syncs once for all of them.
 //
 // An edit that adds an id twice, adds and removes the same id, uses id 0, has
-// a negative DataLength, or removes an id that is not present (counting the
+// a negative DataLength or an unknown FileKind, or removes an id that is not present (counting the
 // edits queued before it) is refused with ErrInvalidEdit and nothing is
 // written. Adding an id that is present replaces its metadata (last wins).
 // NextID is raised past every added id and the live id, so that ids stay
@@ -167,6 +167,10 @@ func validateStatic(e *Edit) error {
 		}
 		if m.DataLength < 0 {
 			return fmt.Errorf("%w: segment %d has negative length %d", ErrInvalidEdit, m.ID, m.DataLength)
+		}
+		if !m.FileKind.Known() {
+			// Replay refuses an unknown file kind, so the log never writes one.
+			return fmt.Errorf("%w: segment %d has unknown %v", ErrInvalidEdit, m.ID, m.FileKind)
 		}
 		ids = append(ids, m.ID)
 	}

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
 )
@@ -19,7 +20,7 @@ const testDir = "db"
 func seg(id uint64) SegmentMeta {
 	return SegmentMeta{
 		ID:            id,
-		FileKind:      uint8(id % 3),
+		FileKind:      segment.FileKind(max(id%3, 1)), // KindLog or KindSeg, as the golden file's ids were written
 		Order:         id * 2,
 		DataLength:    int64(id*100 + 16),
 		DataDigest:    id * 0x9e3779b97f4a7c15,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/internal/testutil"
+	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -61,7 +62,9 @@ func TestCommitValidation(t *testing.T) {
 		{Add: []SegmentMeta{seg(1)}, Remove: []uint64{1}},
 		{Remove: []uint64{1, 1}},
 		{Add: []SegmentMeta{{ID: 0}}},
-		{Add: []SegmentMeta{{ID: 4, DataLength: -1}}},
+		{Add: []SegmentMeta{{ID: 4, FileKind: segment.KindLog, DataLength: -1}}},
+		{Add: []SegmentMeta{{ID: 5}}},              // file kind 0
+		{Add: []SegmentMeta{{ID: 6, FileKind: 3}}}, // no such file kind
 	}
 	for i, e := range bad {
 		_, err := l.Commit(e)
@@ -303,7 +306,10 @@ func TestSequenceAndReplayCorruption(t *testing.T) {
 	ck := appendCheckpoint(nil, 0, 0, 0, 0, 0)
 	act := appendActivate(nil, 0)
 	e1 := editPayload(1, Edit{Add: []SegmentMeta{seg(1)}})
+	badKind := seg(2)
+	badKind.FileKind = 3 // no such file kind: guessing a name for it could lose the file
 	cases := map[string][][]byte{
+		"unknown kind":   {hdr, ck, act, e1, editPayload(2, Edit{Add: []SegmentMeta{badKind}})},
 		"gap":            {hdr, ck, act, e1, editPayload(3, Edit{Add: []SegmentMeta{seg(2)}})},
 		"repeat":         {hdr, ck, act, e1, editPayload(1, Edit{Add: []SegmentMeta{seg(2)}})},
 		"unknown remove": {hdr, ck, act, e1, editPayload(2, Edit{Remove: []uint64{7}})},
@@ -539,14 +545,14 @@ func TestLogOwnsIDsAndOrders(t *testing.T) {
 	l, _, _ := openLog(t, mem, Options{})
 	a, b := l.NewID(), l.NewID()
 	require.Equal(t, a+1, b)
-	c1, err := l.CommitEdit(Edit{Add: []SegmentMeta{{ID: a, DataLength: 1}, {ID: b, DataLength: 1}}})
+	c1, err := l.CommitEdit(Edit{Add: []SegmentMeta{{ID: a, FileKind: segment.KindSeg, DataLength: 1}, {ID: b, FileKind: segment.KindSeg, DataLength: 1}}})
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), c1.Add[0].Order)
 	require.Equal(t, uint64(2), c1.Add[1].Order)
 	require.Equal(t, c1.Seq, c1.Add[0].AddedSeq)
 	c := l.NewID()
 	// A merge output keeps the order it was given.
-	c2, err := l.CommitEdit(Edit{Add: []SegmentMeta{{ID: c, DataLength: 1, Order: 2}}, Remove: []uint64{a, b}})
+	c2, err := l.CommitEdit(Edit{Add: []SegmentMeta{{ID: c, FileKind: segment.KindSeg, DataLength: 1, Order: 2}}, Remove: []uint64{a, b}})
 	require.NoError(t, err)
 	require.Equal(t, uint64(2), c2.Add[0].Order)
 	reserved := l.NewID() // never committed
@@ -562,7 +568,7 @@ func TestLogOwnsIDsAndOrders(t *testing.T) {
 	l2.ReserveIDsBelow(1) // never lowers
 	next := l2.NewID()
 	require.Greater(t, next, reserved+1)
-	c3, err := l2.CommitEdit(Edit{Add: []SegmentMeta{{ID: next, DataLength: 1}}})
+	c3, err := l2.CommitEdit(Edit{Add: []SegmentMeta{{ID: next, FileKind: segment.KindSeg, DataLength: 1}}})
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), c3.Add[0].Order, "orders continue from the durable counter")
 }

@@ -42,8 +42,9 @@
 // gone", nextID/nextOrder are the counters after the edit. Replay applies
 // edits in order, last wins. An edit's seq is the previous seq + 1; an edit
 // whose seq the checkpoint already covers is skipped (only before the first
-// applied edit); any other gap or repeat, an unknown record kind, unknown
-// flag bits, trailing bytes, or the removal of an unknown id is corruption.
+// applied edit); any other gap or repeat, an unknown record kind, an unknown
+// fileKind (see segment.FileKind), unknown flag bits, trailing bytes, or the
+// removal of an unknown id is corruption.
 // A header with another version is refused with ErrUnsupportedVersion: it is
 // not read further.
 //
@@ -82,15 +83,16 @@ import (
 	"sync/atomic"
 
 	"github.com/segkv/segkv/internal/groupcommit"
+	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
 )
 
 // SegmentMeta describes one sealed segment as the manifest records it.
 type SegmentMeta struct {
-	ID            uint64 // file identity, unique, monotonic; names the data file
-	FileKind      uint8  // how the data file is named (the store defines values; stored opaque)
-	Order         uint64 // shadowing order: larger = newer data (the store assigns it)
+	ID            uint64           // file identity, unique, monotonic; names the data file
+	FileKind      segment.FileKind // how the data file is named; an unknown kind is corruption
+	Order         uint64           // shadowing order: larger = newer data (the store assigns it)
 	DataLength    int64
 	DataDigest    uint64 // xxhash64 of the data file
 	IndexChecksum uint64 // checksum of the derived index file (the index is a cache; this is its trust anchor)

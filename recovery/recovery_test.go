@@ -25,7 +25,7 @@ const dir = "/db"
 
 // writeData writes a data file whose frames each hold the given records
 // ("key=value"; "key" alone is a delete), optionally starting with a link.
-func writeData(t *testing.T, mem *vfs.Mem, id uint64, kind uint8, link *[2]int64, frames ...[]string) int64 {
+func writeData(t *testing.T, mem *vfs.Mem, id uint64, kind segment.FileKind, link *[2]int64, frames ...[]string) int64 {
 	t.Helper()
 	b := segment.Header()
 	for i, recs := range frames {
@@ -57,7 +57,7 @@ func cut(r string) (string, string, bool) {
 }
 
 // sealedMeta builds the manifest entry of a sealed data file, writing its index.
-func sealedMeta(t *testing.T, mem *vfs.Mem, id uint64, kind uint8, order uint64) manifestlog.SegmentMeta {
+func sealedMeta(t *testing.T, mem *vfs.Mem, id uint64, kind segment.FileKind, order uint64) manifestlog.SegmentMeta {
 	t.Helper()
 	p := filepath.Join(dir, segment.DataName(id, kind))
 	size, err := mem.Stat(p)

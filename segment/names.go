@@ -6,16 +6,38 @@ import (
 	"strings"
 )
 
-// File kinds, recorded in the manifest for every segment. The kind decides
-// the data file's name, which is how recovery tells a live file (or a spare
-// made ahead of need, or a live file that continues another) from the output
-// of a merge or import that never committed.
+// FileKind is a data file's kind, recorded in the manifest for every
+// segment. The kind decides the data file's name, which is how recovery
+// tells a live file (or a spare made ahead of need, or a live file that
+// continues another) from the output of a merge or import that never
+// committed. It is a type of its own so that a record kind (RecordKind)
+// cannot be passed where a file kind belongs.
+type FileKind uint8
+
+// File kinds.
 const (
 	// KindLog names files that were written as live files: "<id>.log".
-	KindLog uint8 = 1
+	KindLog FileKind = 1
 	// KindSeg names files written whole by merge or import: "<id>.seg".
-	KindSeg uint8 = 2
+	KindSeg FileKind = 2
 )
+
+// Known reports whether k is one of the file kinds above: a manifest that
+// names any other is damaged, and guessing a name for it could make recovery
+// take the segment's data file for one nothing names.
+func (k FileKind) Known() bool { return k == KindLog || k == KindSeg }
+
+// String names the kind by the extension it gives the data file; an unknown
+// kind is "file kind N".
+func (k FileKind) String() string {
+	switch k {
+	case KindLog:
+		return NameLog
+	case KindSeg:
+		return NameSeg
+	}
+	return fmt.Sprintf("file kind %d", uint8(k))
+}
 
 // Name kinds recognised by ParseName.
 const (
@@ -25,7 +47,7 @@ const (
 )
 
 // DataName returns the data file name of segment id of the given kind.
-func DataName(id uint64, kind uint8) string {
+func DataName(id uint64, kind FileKind) string {
 	if kind == KindSeg {
 		return fmt.Sprintf("%016x.%s", id, NameSeg)
 	}

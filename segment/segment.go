@@ -77,15 +77,42 @@ const HeaderSize = 16
 // Magic opens every data file.
 const Magic = "segkvdat"
 
+// RecordKind is the first byte of every record: what the record does. It is
+// a type of its own so that a file kind (FileKind) cannot be passed where a
+// record kind belongs.
+type RecordKind uint8
+
 // Record kinds.
 const (
-	KindPut    uint8 = 1
-	KindDelete uint8 = 2
-	KindLink   uint8 = 3
+	KindPut    RecordKind = 1
+	KindDelete RecordKind = 2
+	KindLink   RecordKind = 3
 	// KindRangeDelete deletes every key k with Key <= k < Value from all
 	// older data and from the records before it in its own file.
-	KindRangeDelete uint8 = 4
+	KindRangeDelete RecordKind = 4
 )
+
+// Known reports whether k is one of the record kinds above: a decoder that
+// reads any other byte is looking at damage.
+func (k RecordKind) Known() bool {
+	return k == KindPut || k == KindDelete || k == KindLink || k == KindRangeDelete
+}
+
+// String names the kind for error messages and tools; an unknown kind is
+// "record kind N" so that the byte on disk stays visible.
+func (k RecordKind) String() string {
+	switch k {
+	case KindPut:
+		return "put"
+	case KindDelete:
+		return "delete"
+	case KindLink:
+		return "link"
+	case KindRangeDelete:
+		return "range-delete"
+	}
+	return fmt.Sprintf("record kind %d", uint8(k))
+}
 
 // linkValueSize is the size of a link record's value.
 const linkValueSize = 16
@@ -125,7 +152,7 @@ func HeaderVersion(h []byte) uint32 { return binary.LittleEndian.Uint32(h[8:]) }
 // CheckKind refuses a record kind its file's version cannot hold: a range
 // delete in a version-1 file (which no writer of that version made, and
 // which a version-1 reader would misread).
-func CheckKind(path string, version uint32, off int64, kind uint8) error {
+func CheckKind(path string, version uint32, off int64, kind RecordKind) error {
 	if kind == KindRangeDelete && version < 2 {
 		return corruption.New(path, off, "range delete record in a version %d data file", version)
 	}
@@ -161,7 +188,7 @@ func UpgradeHeader(f vfs.File, path string) (bool, error) {
 // Record is one decoded record. Key and Value alias the buffer they were
 // decoded from.
 type Record struct {
-	Kind  uint8
+	Kind  RecordKind
 	Key   []byte
 	Value []byte
 }
@@ -172,9 +199,9 @@ func EncodedLen(keyLen, valueLen int) int {
 }
 
 // AppendRecord appends one encoded record to dst.
-func AppendRecord(dst []byte, kind uint8, key, value []byte) []byte {
+func AppendRecord(dst []byte, kind RecordKind, key, value []byte) []byte {
 	start := len(dst)
-	dst = append(dst, kind)
+	dst = append(dst, byte(kind))
 	dst = binary.AppendUvarint(dst, uint64(len(key)))
 	dst = binary.AppendUvarint(dst, uint64(len(value)))
 	dst = append(dst, key...)
@@ -210,9 +237,9 @@ func DecodeRecord(b []byte) (Record, int, error) {
 	if len(b) < 1+1+1+recordTrailer {
 		return Record{}, 0, fmt.Errorf("%w: %d bytes is too short", errBadRecord, len(b))
 	}
-	kind := b[0]
-	if kind != KindPut && kind != KindDelete && kind != KindLink && kind != KindRangeDelete {
-		return Record{}, 0, fmt.Errorf("%w: unknown kind %d", errBadRecord, kind)
+	kind := RecordKind(b[0])
+	if !kind.Known() {
+		return Record{}, 0, fmt.Errorf("%w: unknown kind %d", errBadRecord, b[0])
 	}
 	pos := 1
 	klen, n := binary.Uvarint(b[pos:])

@@ -12,7 +12,7 @@ import (
 
 func TestRecordRoundTrip(t *testing.T) {
 	cases := []struct {
-		kind       uint8
+		kind       RecordKind
 		key, value []byte
 	}{
 		{KindPut, []byte("k"), []byte("v")},
@@ -81,7 +81,7 @@ func TestHeader(t *testing.T) {
 }
 
 func TestNames(t *testing.T) {
-	for _, kind := range []uint8{KindLog, KindSeg} {
+	for _, kind := range []FileKind{KindLog, KindSeg} {
 		id, ext, ok := ParseName(DataName(0xabc, kind))
 		require.True(t, ok)
 		require.Equal(t, uint64(0xabc), id)
@@ -94,6 +94,29 @@ func TestNames(t *testing.T) {
 	for _, bad := range []string{"LOCK", "MANIFEST-0000000000000001", "00000000000000zz.log", "0000000000000001.tmp", "1.log"} {
 		_, _, ok := ParseName(bad)
 		require.False(t, ok, bad)
+	}
+}
+
+// TestKindNames: each known kind has a name of its own; an unknown one
+// shows its byte, and a record carrying it does not decode.
+func TestKindNames(t *testing.T) {
+	names := map[string]bool{}
+	for _, k := range []RecordKind{KindPut, KindDelete, KindLink, KindRangeDelete} {
+		require.True(t, k.Known(), k.String())
+		names[k.String()] = true
+	}
+	require.Len(t, names, 4)
+	for k, want := range map[RecordKind]string{0: "record kind 0", 5: "record kind 5", 255: "record kind 255"} {
+		require.False(t, k.Known())
+		require.Equal(t, want, k.String())
+		_, _, err := DecodeRecord(AppendRecord(nil, k, []byte("k"), []byte("v")))
+		require.ErrorIs(t, err, errBadRecord, want)
+	}
+	require.Equal(t, NameLog, KindLog.String())
+	require.Equal(t, NameSeg, KindSeg.String())
+	for k, want := range map[FileKind]string{0: "file kind 0", 3: "file kind 3"} {
+		require.False(t, k.Known())
+		require.Equal(t, want, k.String())
 	}
 }
 

@@ -38,7 +38,7 @@ type batchEntry struct {
 	keyOff, keyLen int
 	valLen         int // the value follows the key
 	recOff, recLen int
-	kind           uint8
+	kind           segment.RecordKind
 }
 
 // NewBatch returns an empty batch for this store.
@@ -113,7 +113,7 @@ func (b *Batch) Reset() {
 	b.applied = false
 }
 
-func (b *Batch) add(kind uint8, key, value []byte) error {
+func (b *Batch) add(kind segment.RecordKind, key, value []byte) error {
 	if b == nil || b.store == nil {
 		return fmt.Errorf("%w: a Batch must come from Store.NewBatch", ErrInvalidBatch)
 	}

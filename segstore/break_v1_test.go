@@ -83,7 +83,7 @@ func TestBreakV1LiveFileGetsRangeRecords(t *testing.T) {
 	require.NoError(t, s.Close())
 	b, err := os.ReadFile(live)
 	require.NoError(t, err)
-	var kinds []uint8
+	var kinds []segment.RecordKind
 	_, err = segment.Replay(vfs.NewOS(), live, -1, func(r segment.Record, _ int64, _ int) error {
 		kinds = append(kinds, r.Kind)
 		return nil

@@ -139,7 +139,7 @@ func (s *Store) checkSegment(sg *sealed) error {
 			return fmt.Errorf("segkv: check %s entry %d: %w", sg.df.path, i, err)
 		}
 		if rec.Kind != e.Kind {
-			return fmt.Errorf("segkv: check %s entry %d: record kind %d, index %d", sg.df.path, i, rec.Kind, e.Kind)
+			return fmt.Errorf("segkv: check %s entry %d: record is a %v, index says %v", sg.df.path, i, rec.Kind, e.Kind)
 		}
 	}
 	return nil

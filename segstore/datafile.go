@@ -23,7 +23,7 @@ import (
 type dataFile struct {
 	s       *Store
 	id      uint64
-	kind    uint8
+	kind    segment.FileKind
 	path    string
 	pins    atomic.Int64
 	retired atomic.Bool
@@ -68,7 +68,7 @@ func (m *fileMap) ReadAt(b []byte, off int64) (int, error) {
 	return n, nil
 }
 
-func (s *Store) newDataFile(id uint64, kind uint8) *dataFile {
+func (s *Store) newDataFile(id uint64, kind segment.FileKind) *dataFile {
 	d := &dataFile{s: s, id: id, kind: kind, path: filepath.Join(s.dir, segment.DataName(id, kind))}
 	d.pins.Store(1) // the store's own pin
 	return d

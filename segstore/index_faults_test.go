@@ -501,7 +501,7 @@ func TestMergeIndexEqualsBuild(t *testing.T) {
 			got, err := mem.ReadFile(ixp)
 			require.NoError(t, err)
 			var dp string
-			for _, kind := range []uint8{segment.KindSeg, segment.KindLog} {
+			for _, kind := range []segment.FileKind{segment.KindSeg, segment.KindLog} {
 				p := filepath.Join("/db", segment.DataName(sg.ID, kind))
 				if _, err := mem.Stat(p); err == nil {
 					dp = p

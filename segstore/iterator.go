@@ -42,7 +42,7 @@ type iterEntry struct {
 	df     *dataFile
 	off    int64
 	length uint32
-	kind   uint8
+	kind   segment.RecordKind
 }
 
 // cursor walks one sorted input: a frozen live file directory or a sealed
@@ -53,7 +53,7 @@ type cursor interface {
 	next() bool
 	prev() bool
 	key() []byte // valid until the next move; never written to
-	entry() (off int64, length uint32, kind uint8)
+	entry() (off int64, length uint32, kind segment.RecordKind)
 	err() error // why the last move found no key, if not the end
 }
 
@@ -139,7 +139,7 @@ func (c *indexCursor) prev() bool {
 
 func (c *indexCursor) key() []byte { return c.cur.Key }
 
-func (c *indexCursor) entry() (int64, uint32, uint8) {
+func (c *indexCursor) entry() (int64, uint32, segment.RecordKind) {
 	return c.cur.Offset, c.cur.Length, c.cur.Kind
 }
 

@@ -6,6 +6,7 @@ import (
 	"github.com/tidwall/btree"
 
 	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/segment"
 )
 
 // liveEntry locates the newest record of one key in a live file. word is
@@ -20,7 +21,7 @@ type liveEntry struct {
 	key    string
 	off    int64
 	length uint32
-	kind   uint8
+	kind   segment.RecordKind
 }
 
 func liveLess(a, b liveEntry) bool {
@@ -45,7 +46,7 @@ func probe(key []byte) liveEntry {
 	return liveEntry{word: keyWord(key), key: borrowString(key)}
 }
 
-func newLiveEntry(key []byte, off int64, length int, kind uint8) liveEntry {
+func newLiveEntry(key []byte, off int64, length int, kind segment.RecordKind) liveEntry {
 	return liveEntry{word: keyWord(key), key: string(key), off: off, length: uint32(length), kind: kind}
 }
 
@@ -165,7 +166,7 @@ func (c *liveCursor) key() []byte {
 // err is always nil: a live directory is memory that cannot fail a read.
 func (c *liveCursor) err() error { return nil }
 
-func (c *liveCursor) entry() (int64, uint32, uint8) {
+func (c *liveCursor) entry() (int64, uint32, segment.RecordKind) {
 	e := c.it.Item()
 	return e.off, e.length, e.kind
 }

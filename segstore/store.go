@@ -208,7 +208,7 @@ func (t *tail) sync() error {
 }
 
 // apply records one record of the file, in file order; mu held exclusively.
-func (t *tail) apply(kind uint8, key, value []byte, off int64, length int) {
+func (t *tail) apply(kind segment.RecordKind, key, value []byte, off int64, length int) {
 	t.records++
 	t.frozen = nil
 	if kind == segment.KindRangeDelete {
@@ -798,7 +798,7 @@ func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 
 // readValue reads and verifies the record at off in data file d and returns
 // its value, which the caller owns. The caller keeps d pinned (or holds mu).
-func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key []byte) ([]byte, error) {
+func (s *Store) readValue(d *dataFile, off int64, length uint32, kind segment.RecordKind, key []byte) ([]byte, error) {
 	rec, _, err := s.readRecord(d, nil, off, length, kind, key)
 	if err != nil {
 		return nil, err
@@ -814,7 +814,7 @@ func (s *Store) readValue(d *dataFile, off int64, length uint32, kind uint8, key
 // too small: nil allocates one for this record alone), verifies its checksum
 // and that it holds key with the kind the index gave, and returns it with
 // the buffer it aliases. The caller keeps d pinned (or holds mu).
-func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, kind uint8, key []byte) (segment.Record, []byte, error) {
+func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, kind segment.RecordKind, key []byte) (segment.Record, []byte, error) {
 	var r io.ReaderAt
 	if m := d.reader(); m != nil && off+int64(length) <= int64(len(m.data)) {
 		r = m
@@ -831,7 +831,7 @@ func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, ki
 		return segment.Record{}, buf, err
 	}
 	if rec.Kind != kind {
-		return segment.Record{}, buf, fmt.Errorf("%w: %s at %d: record kind %d, index says %d", ErrCorrupt, d.path, off, rec.Kind, kind)
+		return segment.Record{}, buf, fmt.Errorf("%w: %s at %d: record is a %v, index says %v", ErrCorrupt, d.path, off, rec.Kind, kind)
 	}
 	return rec, buf, nil
 }

@@ -283,7 +283,7 @@ func runSegments(_ context.Context, e *env, args []string) error {
 // dataFileName is the name of segment id's data file in dir: a sealed live
 // file keeps its ".log" name, a merge or import output is a ".seg".
 func dataFileName(dir string, id uint64) string {
-	for _, kind := range []uint8{segment.KindSeg, segment.KindLog} {
+	for _, kind := range []segment.FileKind{segment.KindSeg, segment.KindLog} {
 		name := segment.DataName(id, kind)
 		if _, err := vfs.NewOS().Stat(filepath.Join(dir, name)); err == nil {
 			return name
