@@ -409,6 +409,22 @@ func TestIncompleteGenerations(t *testing.T) {
 		require.True(t, rep.Created)
 		require.Zero(t, st.Seq)
 	})
+	t.Run("first generation incomplete beside data is refused", func(t *testing.T) {
+		// The log's user has data files (Options.HasData): generation 1
+		// was complete before they existed, so this is damage, and
+		// re-creating it would disown them. Nothing is written.
+		fsys := vfs.NewMem()
+		p := writeFile(t, fsys, 1, appendHeader(nil, 1))
+		before, err := fsys.Stat(p)
+		require.NoError(t, err)
+		_, _, _, err = Open(fsys, testDir, Options{HasData: true})
+		require.ErrorIs(t, err, corruption.ErrCorrupt)
+		_, _, _, err = OpenReadOnly(fsys, testDir, Options{HasData: true})
+		require.ErrorIs(t, err, corruption.ErrCorrupt)
+		size, err := fsys.Stat(p)
+		require.NoError(t, err)
+		require.Equal(t, before, size, "left as it was")
+	})
 	t.Run("only a later generation incomplete is refused", func(t *testing.T) {
 		fsys := vfs.NewMem()
 		writeFile(t, fsys, 2, appendHeader(nil, 2))

@@ -142,6 +142,14 @@ type Options struct {
 	// or Checkpoint's caller) with no lock of the log's held but the one
 	// that keeps rotations apart: it may call Commit, not Checkpoint.
 	OnRotate func(gen, seq uint64, checkpointBytes int64)
+	// HasData says that the directory holds files the log's user creates
+	// only after the log exists (a store's data files). Generation 1 is
+	// made complete and durable before any of them, so a never-completed
+	// generation 1 beside them is damage (a manifest emptied or zeroed),
+	// not a crash while creating the store: Open and OpenReadOnly then
+	// refuse with a *corruption.Error instead of re-creating the empty
+	// state, which would disown every data file.
+	HasData bool
 }
 
 // Report lists what Open found and repaired.

@@ -458,6 +458,24 @@ func (r *replayer) edit(off int64, rec *record) error {
 	return nil
 }
 
+// refuseIncomplete is Open's rule when no generation is complete: only
+// generation 1 may be incomplete (a crash while creating the log), and only
+// while nothing else exists beside it (Options.HasData). Anything else is
+// damage.
+func refuseIncomplete(broken []genFile, opts Options) error {
+	for _, g := range broken {
+		if g.gen != 1 {
+			return corruption.New(g.path, -1,
+				"manifest generation %d was never completed and no complete generation exists", g.gen)
+		}
+		if opts.HasData {
+			return corruption.New(g.path, -1,
+				"manifest generation 1 holds no complete state but the directory holds data files, which only a complete manifest names; refusing to re-create it empty (restore the MANIFEST-* file)")
+		}
+	}
+	return nil
+}
+
 func newLog() *Log {
 	l := &Log{segs: map[uint64]SegmentMeta{}, pend: map[uint64]*pendInfo{}}
 	l.gc = groupcommit.New(l.writeBatch, nil)
@@ -507,11 +525,8 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 		// keeps its predecessor until the successor is activated and its
 		// directory entry durable), and its checkpoint is always the empty
 		// state: re-creating it loses nothing. Anything else is damage.
-		for _, g := range broken {
-			if g.gen != 1 {
-				return nil, State{}, rep, corruption.New(g.path, -1,
-					"manifest generation %d was never completed and no complete generation exists", g.gen)
-			}
+		if err := refuseIncomplete(broken, opts); err != nil {
+			return nil, State{}, rep, err
 		}
 		l = newLog()
 		l.fsys, l.dir, l.opts, l.log = fsys, dir, opts, opts.Logger

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io/fs"
 
-	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -55,11 +54,8 @@ func OpenReadOnly(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, e
 	if ld == nil {
 		// Open's rule: only generation 1 may be incomplete with no complete
 		// one beside it, and it holds the empty state.
-		for _, g := range broken {
-			if g.gen != 1 {
-				return nil, State{}, rep, corruption.New(g.path, -1,
-					"manifest generation %d was never completed and no complete generation exists", g.gen)
-			}
+		if err := refuseIncomplete(broken, opts); err != nil {
+			return nil, State{}, rep, err
 		}
 		rep.Actions = append(rep.Actions, fmt.Sprintf("would re-create %s, which a crash left incomplete", broken[0].path))
 	} else {

@@ -34,7 +34,9 @@ import (
 // except for Get, Metrics and the other reads; it must never call Seal,
 // Compact, Import, ReplaceAll, Sync or Close, which can wait for the
 // listener's own caller and deadlock. StoreFailed must not call the store
-// at all.
+// at all. The store does not recover a listener's panic: it unwinds the
+// goroutine the listener runs on, which for the background's events (an
+// automatic seal, a merge, a rotation) ends the process.
 type EventListener struct {
 	// SealBegin runs when a seal starts on a non-empty live file: ID is
 	// the live file's id, Bytes and Records what it held when the seal

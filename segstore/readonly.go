@@ -19,10 +19,11 @@ import (
 // crash inside a seal, the file being sealed as the frozen file, which
 // reads already consult, so nothing has to be sealed.
 func (s *Store) recoverReadOnly() error {
-	if err := s.refuseDataWithoutManifest(); err != nil {
+	hasData, err := s.refuseDataWithoutManifest()
+	if err != nil {
 		return err
 	}
-	mlog, state, mrep, err := manifestlog.OpenReadOnly(s.fs, s.dir, manifestlog.Options{Logger: s.log})
+	mlog, state, mrep, err := manifestlog.OpenReadOnly(s.fs, s.dir, manifestlog.Options{Logger: s.log, HasData: hasData})
 	if err != nil {
 		return fmt.Errorf("segkv: open manifest read-only: %w", err)
 	}

@@ -329,10 +329,11 @@ func (s *Store) recover() error {
 	// Data files without any manifest mean the manifest was lost, not that
 	// the store is new: recovery would take every data file for an orphan
 	// and remove it. Refuse before anything is created, and touch nothing.
-	if err := s.refuseDataWithoutManifest(); err != nil {
+	hasData, err := s.refuseDataWithoutManifest()
+	if err != nil {
 		return err
 	}
-	mlog, state, mrep, err := manifestlog.Open(s.fs, s.dir, manifestlog.Options{Logger: s.log, OnRotate: s.manifestRotated})
+	mlog, state, mrep, err := manifestlog.Open(s.fs, s.dir, manifestlog.Options{Logger: s.log, OnRotate: s.manifestRotated, HasData: hasData})
 	if err != nil {
 		return fmt.Errorf("segkv: open manifest: %w", err)
 	}
@@ -436,25 +437,31 @@ func (s *Store) recover() error {
 	return nil
 }
 
-func (s *Store) refuseDataWithoutManifest() error {
+// refuseDataWithoutManifest refuses a directory that holds data files but
+// no manifest, and says whether it holds data files at all.
+func (s *Store) refuseDataWithoutManifest() (hasData bool, err error) {
 	names, err := s.fs.List(s.dir)
 	if err != nil {
-		return fmt.Errorf("segkv: list %s: %w", s.dir, err)
+		return false, fmt.Errorf("segkv: list %s: %w", s.dir, err)
 	}
 	var data string
+	manifest := false
 	for _, name := range names {
 		if strings.HasPrefix(name, "MANIFEST-") {
-			return nil
+			manifest = true
 		}
 		if _, ext, ok := segment.ParseName(name); ok && ext != segment.NameIndex && data == "" {
 			data = name
 		}
 	}
-	if data != "" {
-		return corruption.New(filepath.Join(s.dir, data), -1,
+	if data != "" && !manifest {
+		return true, corruption.New(filepath.Join(s.dir, data), -1,
 			"data file present but the directory has no manifest; refusing to open (restore the MANIFEST-* files)")
 	}
-	return nil
+	// With a manifest, the data files tell the manifest log that an
+	// incomplete generation 1 is damage, not a store a crash left while
+	// creating it (manifestlog.Options.HasData).
+	return data != "", nil
 }
 
 // openTail opens live file id for appending at end (durable up to end).

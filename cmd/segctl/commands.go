@@ -57,15 +57,25 @@ func (f *flags) parse(args []string, want int, more bool) ([]string, error) {
 	if err := cliout.ParseFlags(f.FlagSet, args); err != nil {
 		return nil, err
 	}
-	pos := f.Args()
-	// After "--" (which Parse consumed) every argument is positional: a
-	// key may start with '-'. Without it, one that looks like a flag is
-	// most likely a flag put after the arguments.
-	ended := len(pos) < len(args) && args[len(args)-len(pos)-1] == "--"
-	for _, a := range pos {
-		if !ended && strings.HasPrefix(a, "-") && len(a) > 1 {
+	rest := f.Args()
+	// After "--" every argument is positional: a key may start with '-'.
+	// Parse consumes a "--" that comes before the first positional
+	// argument ("segctl get -- DIR -k"); one among the positional arguments
+	// ("segctl get DIR -- -k", the form the docs show) is dropped here.
+	// Without it, an argument that looks like a flag is most likely a flag
+	// put after the arguments.
+	ended := len(rest) < len(args) && args[len(args)-len(rest)-1] == "--"
+	pos := make([]string, 0, len(rest))
+	for _, a := range rest {
+		switch {
+		case ended:
+		case a == "--":
+			ended = true
+			continue
+		case strings.HasPrefix(a, "-") && len(a) > 1:
 			return nil, usagef("flag %s after the arguments: flags go first (\"--\" ends the flags, for a key starting with '-')", a)
 		}
+		pos = append(pos, a)
 	}
 	if len(pos) < want || (!more && len(pos) > want) {
 		return nil, usagef("want %d argument(s), got %d", want, len(pos))

@@ -178,8 +178,22 @@ func (q *Queue[T]) fail(err error) {
 
 func (q *Queue[T]) failQueued(err error) {
 	for _, t := range q.queue {
+		if t.lead {
+			// handOff made t the leader and its token is still unread
+			// (its caller has not come back to Wait yet). It will not
+			// lead now: nobody holds the queue, and its token already
+			// wakes it to find itself done.
+			t.lead = false
+			q.held = false
+		}
 		t.done, t.err = true, err
-		t.wake <- struct{}{}
+		// A token already pending wakes the waiter just as well; a
+		// blocking send here, under mu, would wait for a Wait that needs
+		// mu.
+		select {
+		case t.wake <- struct{}{}:
+		default:
+		}
 	}
 	clear(q.queue)
 	q.queue = q.queue[:0]

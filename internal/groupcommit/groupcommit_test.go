@@ -244,3 +244,42 @@ func TestConcurrentCommits(t *testing.T) {
 	require.Equal(t, writers*per, seen)
 	require.False(t, q.Held())
 }
+
+// Fail and FailQueued may find, at the head of the queue, a ticket that was
+// just made the leader and has not come back to Wait yet: its token is still
+// in its channel. They used to send it a second token under the queue's
+// lock and block there for good (the ticket's Wait needs the lock to run);
+// and the queue stayed held by a leader that would never lead, so that,
+// after FailQueued, the next Commit waited forever.
+func TestFailReachesALeaderNotYetAwake(t *testing.T) {
+	for _, failQueue := range []bool{false, true} {
+		r := newRecorder(false)
+		q := New(r.flush, func([]int) int { return 1 })
+		t1, err := q.Enqueue(1)
+		require.NoError(t, err)
+		t2, err := q.Enqueue(2) // queued behind t1's group
+		require.NoError(t, err)
+		require.NoError(t, q.Wait(t1)) // flushes [1], then makes t2 the leader
+		require.True(t, q.Held(), "t2 leads the next group")
+
+		cause := errors.New("refused")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			if failQueue {
+				q.Fail(cause)
+			} else {
+				q.FailQueued(cause)
+			}
+		}()
+		<-done // before the fix: blocked for good, holding the queue's lock
+		require.ErrorIs(t, q.Wait(t2), cause)
+		if failQueue {
+			require.ErrorIs(t, q.Commit(3), cause)
+			continue
+		}
+		require.False(t, q.Held(), "nobody leads: the queue is free")
+		require.NoError(t, q.Commit(3))
+		require.Equal(t, [][]int{{1}, {3}}, r.calls())
+	}
+}
