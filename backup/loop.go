@@ -88,6 +88,9 @@ type Loop struct {
 	uploaded  map[SegmentKey]bool // segment objects known to exist
 	lastSeen  uint64              // the source seq the state is known to reflect
 	stats     Stats
+	// rewrite makes every edit followed by a checkpoint: the
+	// rewrite-the-manifest strategy, for the test that must reject it.
+	rewrite bool
 }
 
 // NewLoop returns a loop that backs src up to b. Nothing is read or written
@@ -310,7 +313,7 @@ func (l *Loop) writeEdit(ctx context.Context, e *Edit) error {
 // since the last one outweigh it: metadata bytes stay within about twice
 // the edit bytes, O(1) per commit amortized at any store size.
 func (l *Loop) maybeCheckpoint(ctx context.Context) error {
-	if l.editBytes <= l.st.encSize {
+	if l.editBytes <= l.st.encSize && !l.rewrite {
 		return nil
 	}
 	key := checkpointObject(l.st.seq)

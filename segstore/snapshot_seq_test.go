@@ -17,6 +17,11 @@ import (
 func TestSnapshotManifestSeqSequential(t *testing.T) {
 	s := mustOpen(t, t.TempDir(), smallOpts(vfs.NewOS()))
 	defer checkAndClose(t, s)
+	fresh, err := s.NewSnapshot()
+	require.NoError(t, err)
+	require.Equal(t, s.ManifestSeq(), fresh.ManifestSeq(), "a fresh store")
+	require.NotZero(t, fresh.ManifestSeq())
+	require.NoError(t, fresh.Close())
 	for i := range 5 {
 		require.NoError(t, s.Put(fmt.Appendf(nil, "k%d", i), []byte("v")))
 		require.NoError(t, s.Seal())

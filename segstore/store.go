@@ -406,6 +406,7 @@ func (s *Store) recover() error {
 			return fmt.Errorf("segkv: name first live file: %w", err)
 		}
 		s.mu.tail = t
+		s.mu.segsSeq = s.mlog.Seq() // still no segments, as of this commit
 		return nil
 	}
 	var chain []*tail

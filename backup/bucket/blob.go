@@ -91,7 +91,10 @@ func (b *Blob) PutIfAbsent(ctx context.Context, key string, r io.Reader, size in
 	if err != nil {
 		return fmt.Errorf("bucket: put %s: %w", key, err)
 	}
-	n, err := io.Copy(w, io.LimitReader(r, size+1))
+	// blob.Writer's ReadFrom allocates a large buffer per call: copy
+	// through one sized to the object instead (edits are small).
+	buf := make([]byte, min(max(size+1, 512), 1<<20))
+	n, err := io.CopyBuffer(struct{ io.Writer }{w}, io.LimitReader(r, size+1), buf)
 	if err == nil && n != size {
 		err = fmt.Errorf("reader gave %d bytes, want %d", n, size)
 	}
