@@ -62,7 +62,7 @@ func bucketKinds() []bucketKind {
 				t.Fatal(err)
 			}
 			setS3Env(t)
-			return openURL(t, "s3://bk?region=us-east-1&use_path_style=true&endpoint="+srv.URL)
+			return openURL(t, "s3://bk?region=us-east-1&use_path_style=true&response_checksum_validation=when_required&endpoint="+srv.URL)
 		}},
 	}
 	if u := os.Getenv("SEGKV_BACKUP_S3_URL"); u != "" {
