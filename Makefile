@@ -4,8 +4,9 @@ STATICCHECK ?= honnef.co/go/tools/cmd/staticcheck@v0.8.2
 PKGS        := ./...
 # Every module of the repository: the library, then the ones that keep
 # heavy dependencies out of its go.mod (bench/: the peer engines; raft/:
-# hashicorp/raft; contrib/prometheus: client_golang).
-MODULES     := . bench raft contrib/prometheus
+# hashicorp/raft; contrib/prometheus: client_golang; backup/: gocloud.dev
+# and the S3 test server).
+MODULES     := . bench raft contrib/prometheus backup
 FUZZTIME    ?= 20s
 BENCHARGS   ?=
 
@@ -50,4 +51,5 @@ fuzz:
 # docs/FORMAT.md is assembled from the per-package format notes.
 docs:
 	cat docs/parts/format-intro.md docs/parts/wal.md docs/parts/segment.md \
-	    docs/parts/index.md docs/parts/manifest.md docs/parts/raft.md > docs/FORMAT.md
+	    docs/parts/index.md docs/parts/manifest.md docs/parts/raft.md \
+	    docs/parts/backup.md > docs/FORMAT.md

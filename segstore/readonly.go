@@ -64,6 +64,7 @@ func (s *Store) recoverReadOnly() error {
 		s.mu.segs = append(s.mu.segs, newSealed(rs.Meta, df, rs.Index))
 	}
 	sortSegments(s.mu.segs)
+	s.mu.segsSeq = s.mlog.Seq()
 	res.WouldSettle()
 
 	switch len(res.Live) {

@@ -357,6 +357,7 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 		}
 	}
 	s.mu.segs = newestFirst
+	s.mu.segsSeq = c.Seq
 	s.mu.tail = next
 	s.mu.Unlock()
 	s.commitMu.Unlock()

@@ -316,6 +316,7 @@ func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint
 	segs = append(segs, add...)
 	sortSegments(segs)
 	s.mu.segs = segs
+	s.mu.segsSeq = c.Seq
 	for _, sg := range add {
 		sg.df.setSealed(sg.meta.DataLength)
 	}

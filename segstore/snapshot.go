@@ -31,7 +31,10 @@ type Snapshot struct {
 	// at its seal's switch, until the seal's segment joins segs (with the
 	// same data file, and this pin).
 	pinnedFrozen *dataFile
-	closed       atomic.Bool
+	// seq is the ManifestSeq of the state whose sealed segments segs is
+	// (0: not known, see ManifestSeq).
+	seq    uint64
+	closed atomic.Bool
 	// readMu is held shared by every value read through the snapshot and
 	// exclusively by Close, so a read finishes before the pins it relies
 	// on are dropped: a sealed file's mapping goes with its last pin, and
@@ -48,7 +51,7 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 	if s.closed.Load() {
 		return nil, ErrClosed
 	}
-	sn := &Snapshot{s: s, segs: slices.Clone(s.mu.segs)}
+	sn := &Snapshot{s: s, segs: slices.Clone(s.mu.segs), seq: s.mu.segsSeq}
 	// Under mu no seal can switch live files, so the live file and the
 	// frozen one are copied as one consistent pair: a group is published
 	// into one of them whole, before or after its copy.

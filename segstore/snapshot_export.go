@@ -71,6 +71,15 @@ func (s *Store) NewSealedSnapshot() (*Snapshot, error) {
 		// seg's: a sealed segment keeps its live file's data file.
 		sn.segs = append([]*sealed{seg}, sn.segs...)
 		sn.pinnedFrozen = nil
+		// The seal's commit may not be the only one since the pin (a
+		// merge may have committed between): the snapshot's list is a
+		// manifest state only if it is the installed one now.
+		sn.seq = 0
+		s.mu.RLock()
+		if slices.Equal(s.mu.segs, sn.segs) {
+			sn.seq = s.mu.segsSeq
+		}
+		s.mu.RUnlock()
 		return sn, nil
 	}
 }
@@ -81,7 +90,7 @@ func (s *Store) NewSealedSnapshot() (*Snapshot, error) {
 // (shared or exclusive) and no write in progress (writeMu held, or the
 // seal's switch).
 func (s *Store) pinSealed(frozen *tail) *Snapshot {
-	sn := &Snapshot{s: s, segs: slices.Clone(s.mu.segs)}
+	sn := &Snapshot{s: s, segs: slices.Clone(s.mu.segs), seq: s.mu.segsSeq}
 	for _, sg := range sn.segs {
 		sg.df.pin()
 	}
@@ -105,6 +114,17 @@ func (sn *Snapshot) Segments() []SegmentInfo {
 	}
 	return out
 }
+
+// ManifestSeq returns the ManifestSeq of the manifest state whose sealed
+// segments are exactly those Segments lists: the commit that installed
+// them, so a caller that records (ManifestSeq, Segments) pairs, as a backup
+// does, never labels a list with a commit it does not reflect (the store's
+// own ManifestSeq can run ahead of the segments readers see, between a
+// commit and its install). For NewSnapshot it is always known. For
+// NewSealedSnapshot it is 0 (unknown) when another commit (a merge)
+// changed the segments between the seal's switch and the snapshot's
+// return, since the list is then no manifest state at all.
+func (sn *Snapshot) ManifestSeq() uint64 { return sn.seq }
 
 // Export streams one of the snapshot's pinned segments to w: the same
 // stream as Store.Export, checked against the digest the snapshot lists. A

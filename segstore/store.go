@@ -146,6 +146,11 @@ type Store struct {
 		tail   *tail
 		frozen *tail     // a live file being sealed: still readable, no longer written
 		segs   []*sealed // sealed segments, newest (highest Order) first
+		// segsSeq is the ManifestSeq of the commit whose state segs is:
+		// set with segs, under the exclusive lock, so a snapshot reads the
+		// two as one pair (the manifest's own Seq runs ahead of segs
+		// between a commit and its install).
+		segsSeq uint64
 	}
 
 	// spare is the next live file, made ahead of need by the background.
@@ -377,6 +382,7 @@ func (s *Store) recover() error {
 		s.mu.segs = append(s.mu.segs, newSealed(rs.Meta, df, rs.Index))
 	}
 	sortSegments(s.mu.segs)
+	s.mu.segsSeq = s.mlog.Seq()
 
 	if len(res.Live) == 0 {
 		if err := res.Settle(s.fs); err != nil {
@@ -401,6 +407,7 @@ func (s *Store) recover() error {
 			return fmt.Errorf("segkv: name first live file: %w", err)
 		}
 		s.mu.tail = t
+		s.mu.segsSeq = s.mlog.Seq() // still no segments, as of this commit
 		return nil
 	}
 	var chain []*tail
