@@ -884,7 +884,23 @@ func atSealTrial(t *testing.T, spare bool, f vfs.Fault, linux bool, out *atSealO
 	if linux {
 		ft.SetLinuxFsync(true)
 	}
-	var hold sync.RWMutex // held (write) while the seal under test runs: background jobs wait
+	// hold is taken before Open and kept until the seal under test is done:
+	// every background job (spare, tidy) waits in beforeJob, so none can be
+	// running when the baseline counts the seal's operations, nor when a
+	// trial counts towards its fault's Nth. Held only from just before the
+	// seal, a job that had passed beforeJob (the tidy of the last setup
+	// seal, under load) ran on beside the baseline's seal and its writes
+	// were counted as the seal's: a trial whose tidy had finished first then
+	// armed a write the seal never does ("fault write #3 did not fire").
+	// The test does the jobs the setup needs itself, on its own goroutine.
+	var hold sync.RWMutex
+	hold.Lock()
+	held := true
+	defer func() {
+		if held {
+			hold.Unlock()
+		}
+	}()
 	o := &Options{FS: ft, SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}}
 	s, err := open("/db", o, testHooks{beforeJob: func(string) {
 		hold.RLock()
@@ -910,15 +926,16 @@ func atSealTrial(t *testing.T, spare bool, f vfs.Fault, linux bool, out *atSealO
 	for range 15 {
 		put()
 	}
+	// The setup seals' index files and preallocation releases, written
+	// here rather than beside the seal under test.
+	s.bg.runTidy()
 	if spare {
-		require.Eventually(t, func() bool {
-			s.spare.Lock()
-			defer s.spare.Unlock()
-			return s.spare.file != nil
-		}, timeout, tick)
-	}
-	hold.Lock()
-	if !spare {
+		s.ensureSpare()
+		s.spare.Lock()
+		ready := s.spare.file != nil
+		s.spare.Unlock()
+		require.True(t, ready, "no spare made")
+	} else {
 		dropSpare(s)
 	}
 	oldTail := rlTailPath(s)
@@ -931,6 +948,7 @@ func atSealTrial(t *testing.T, spare bool, f vfs.Fault, linux bool, out *atSealO
 	label := fmt.Sprintf("spare=%v fault %v #%d persistent=%v short=%v linux=%v", spare, f.Op, f.Nth, f.Persistent, f.Short, linux)
 	if f.Nth == 0 {
 		require.NoError(t, sealErr)
+		held = false
 		hold.Unlock()
 		require.NoError(t, s.Close())
 		counts := map[vfs.Op]int64{}
@@ -956,6 +974,7 @@ func atSealTrial(t *testing.T, spare bool, f vfs.Fault, linux bool, out *atSealO
 		out.failed = s.failed() != nil
 	}
 	ft.Clear()
+	held = false
 	hold.Unlock()
 	require.NoError(t, fullDiff(s, m, keys), "%s: running store after the seal (%v)", label, sealErr)
 
