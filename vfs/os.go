@@ -6,12 +6,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-
-	"golang.org/x/sys/unix"
+	"syscall"
 )
 
-// OS is the real file system (Linux). Its zero value is ready to use and
-// holds no state; NewOS returns one as an FS.
+// OS is the real file system. Its zero value is ready to use and holds no
+// state; NewOS returns one as an FS. The operating-system specific parts
+// (the data barrier, preallocation, locking, memory mapping and directory
+// sync) are in the os_<goos>.go files beside this one; docs/DESIGN.md
+// ("Portability") describes each platform's choices and their gaps. The
+// tests run on Linux only.
 //
 // Errors from the os package keep their *fs.PathError form (which already
 // names the operation and the path); errors of the raw system calls are
@@ -100,51 +103,38 @@ func (OS) MkdirAll(dir string) error {
 	return nil
 }
 
-// Lock opens its own descriptor for name and flocks it. flock locks belong
-// to the open file description, so a second Lock in this process conflicts
-// just like another process does (fcntl locks would not).
+// Lock opens its own handle for name and locks it exclusively without
+// blocking (lockFile: flock on Unix, LockFileEx on Windows). Both lock per
+// open handle, so a second Lock in this process conflicts just like another
+// process does (fcntl locks would not).
 func (OS) Lock(name string) (io.Closer, error) {
 	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 	if err != nil {
 		return nil, err
 	}
-	err = control(f, func(fd int) error { return unix.Flock(fd, unix.LOCK_EX|unix.LOCK_NB) })
+	l, err := lockFile(f)
 	if err != nil {
 		f.Close()
-		if errors.Is(err, unix.EWOULDBLOCK) {
+		if errors.Is(err, errWouldBlock) {
 			return nil, fmt.Errorf("vfs: lock %s: %w", name, ErrLocked)
 		}
 		return nil, fmt.Errorf("vfs: lock %s: %w", name, err)
 	}
-	return f, nil // closing the descriptor releases the lock
+	return l, nil
 }
 
 func (OS) SyncDir(dir string) error { return syncDir(dir) }
 
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = control(d, unix.Fsync)
-	if cerr := d.Close(); err == nil && cerr != nil {
-		return cerr
-	}
-	if err != nil {
-		return fmt.Errorf("vfs: syncdir %s: %w", dir, err)
-	}
-	return nil
-}
-
-// control runs fn on f's descriptor without Fd's side effect of switching
-// the file to blocking mode and detaching it from the poller.
-func control(f *os.File, fn func(fd int) error) error {
+// control runs fn on f's descriptor (a Windows handle) without Fd's side
+// effect of switching the file to blocking mode and detaching it from the
+// poller.
+func control(f *os.File, fn func(fd uintptr) error) error {
 	rc, err := f.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var ferr error
-	if err := rc.Control(func(fd uintptr) { ferr = fn(int(fd)) }); err != nil {
+	if err := rc.Control(func(fd uintptr) { ferr = fn(fd) }); err != nil {
 		// Control fails only on a closed file; report it the way os does.
 		return os.ErrClosed
 	}
@@ -161,10 +151,11 @@ func (f *osFile) WriteAt(b []byte, off int64) (int, error) { return f.f.WriteAt(
 func (f *osFile) Close() error                             { return f.f.Close() }
 func (f *osFile) Name() string                             { return f.name }
 
-// Sync is fdatasync: the size is part of what it flushes, other metadata
-// (mtime) is not, which spares a journal commit when the size is unchanged.
+// Sync is the operating system's data barrier (dataSync): fdatasync on
+// Linux, F_FULLFSYNC on macOS, fsync on the BSDs, FlushFileBuffers on
+// Windows. docs/DESIGN.md ("Portability") says what each guarantees.
 func (f *osFile) Sync() error {
-	if err := control(f.f, unix.Fdatasync); err != nil {
+	if err := dataSync(f.f); err != nil {
 		return fmt.Errorf("vfs: sync %s: %w", f.name, err)
 	}
 	return nil
@@ -180,76 +171,36 @@ func (f *osFile) Size() (int64, error) {
 	return fi.Size(), nil
 }
 
-// Preallocate uses fallocate mode 0, retried on EINTR (the Go runtime's
-// preemption signal can interrupt it). Where the file system cannot
-// fallocate, it writes zeros past the current end instead, never over
-// existing data.
+// Preallocate reserves and zero-extends [off, off+length) the way the
+// operating system allows (preallocate: fallocate on Linux, a size
+// extension elsewhere).
 func (f *osFile) Preallocate(off, length int64) error {
 	if off < 0 || length <= 0 {
-		return fmt.Errorf("vfs: preallocate %s off=%d len=%d: %w", f.name, off, length, unix.EINVAL)
+		return fmt.Errorf("vfs: preallocate %s off=%d len=%d: %w", f.name, off, length, syscall.EINVAL)
 	}
-	err := control(f.f, func(fd int) error {
-		for {
-			err := unix.Fallocate(fd, 0, off, length)
-			if err != unix.EINTR {
-				return err
-			}
-		}
-	})
-	if errors.Is(err, unix.EOPNOTSUPP) || errors.Is(err, unix.ENOSYS) {
-		err = f.zeroFill(off, length)
-	}
-	if err != nil {
+	if err := f.preallocate(off, length); err != nil {
 		return fmt.Errorf("vfs: preallocate %s off=%d len=%d: %w", f.name, off, length, err)
 	}
 	return nil
 }
 
-func (f *osFile) zeroFill(off, length int64) error {
+// extend grows the file to off+length if it is shorter, and never shrinks
+// it: the preallocation of systems without fallocate. The new range is a
+// hole that reads as zeros, exactly what fallocate mode 0 shows, and the
+// size change becomes durable with the next Sync, as fallocate's does. No
+// blocks are reserved: the first write into the range allocates them. The
+// caller does not write past the end concurrently (the engine preallocates
+// a file only while it alone writes it), which would race with the size
+// read here.
+func (f *osFile) extend(off, length int64) error {
 	size, err := f.Size()
 	if err != nil {
 		return err
 	}
-	start, end := max(off, size), off+length
-	if start >= end {
+	if off+length <= size {
 		return nil
 	}
-	zeros := make([]byte, min(end-start, 1<<20))
-	for p := start; p < end; {
-		n, err := f.f.WriteAt(zeros[:min(int64(len(zeros)), end-p)], p)
-		if err != nil {
-			return err
-		}
-		p += int64(n)
-	}
-	return nil
+	return f.f.Truncate(off + length)
 }
 
 var _ FS = OS{}
-
-// Map maps [0, size) of the file read-only and shared (mmap). The caller
-// keeps the file at least size bytes long while the mapping is in use.
-// MapShared is Map: a MAP_SHARED mapping is a view of the page cache, so it
-// shows writes made after it through any descriptor of the file.
-func (f *osFile) MapShared(size int64) ([]byte, func() error, error) { return f.Map(size) }
-
-func (f *osFile) Map(size int64) ([]byte, func() error, error) {
-	if size <= 0 || int64(int(size)) != size {
-		return nil, nil, fmt.Errorf("vfs: map %s: size %d: %w", f.name, size, unix.EINVAL)
-	}
-	var data []byte
-	err := control(f.f, func(fd int) error {
-		var err error
-		data, err = unix.Mmap(fd, 0, int(size), unix.PROT_READ, unix.MAP_SHARED)
-		return err
-	})
-	if err != nil {
-		return nil, nil, fmt.Errorf("vfs: map %s: %w", f.name, err)
-	}
-	return data, func() error {
-		if err := unix.Munmap(data); err != nil {
-			return fmt.Errorf("vfs: unmap %s: %w", f.name, err)
-		}
-		return nil
-	}, nil
-}

@@ -59,14 +59,16 @@ func TestOSFiles(t *testing.T) {
 	require.Zero(t, sz)
 }
 
-func TestOSZeroFillFallback(t *testing.T) {
+// TestOSExtend tests the preallocation of the systems without fallocate
+// (prealloc_other.go), here on Linux where the tests run.
+func TestOSExtend(t *testing.T) {
 	fsys, dir := NewOS(), t.TempDir()
 	f := create(t, fsys, filepath.Join(dir, "a"))
 	defer f.Close()
 	write(t, f, 0, "data")
 	of := f.(*osFile)
-	require.NoError(t, of.zeroFill(2, 3<<20))
-	require.NoError(t, of.zeroFill(0, 2)) // inside: nothing to do
+	require.NoError(t, of.extend(2, 3<<20))
+	require.NoError(t, of.extend(0, 2)) // inside: nothing to do, never shrinks
 	size, err := f.Size()
 	require.NoError(t, err)
 	require.EqualValues(t, 2+3<<20, size)
@@ -74,6 +76,9 @@ func TestOSZeroFillFallback(t *testing.T) {
 	_, err = f.ReadAt(b, 0)
 	require.NoError(t, err)
 	require.Equal(t, "data\x00\x00\x00\x00", string(b))
+	_, err = f.ReadAt(b, size-8)
+	require.NoError(t, err)
+	require.Equal(t, make([]byte, 8), b, "the extension reads as zeros")
 }
 
 func TestOSNamespace(t *testing.T) {
@@ -115,8 +120,8 @@ func TestOSLock(t *testing.T) {
 	name := filepath.Join(dir, "LOCK")
 	l, err := fsys.Lock(name)
 	require.NoError(t, err)
-	// A second lock in the same process conflicts: flock is per open file
-	// description, and Lock opens its own.
+	// A second lock in the same process conflicts: flock (and Windows'
+	// LockFileEx) lock per open handle, and Lock opens its own.
 	_, err = fsys.Lock(name)
 	require.ErrorIs(t, err, ErrLocked)
 	require.Contains(t, err.Error(), name)

@@ -12,7 +12,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
-	"golang.org/x/sys/unix"
+	"golang.org/x/term"
 )
 
 // Row is one line of output: a JSON object with -json (its exported
@@ -114,8 +114,5 @@ func (p *Progress) Done() {
 	}
 }
 
-// IsTerminal reports whether f is a terminal.
-func IsTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
-}
+// IsTerminal reports whether f is a terminal (a console on Windows).
+func IsTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
