@@ -500,22 +500,9 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 	if err != nil {
 		return nil, State{}, rep, err
 	}
-	var (
-		ld     *loaded
-		chosen genFile
-		broken []genFile
-		older  []genFile
-	)
-	for i := len(gens) - 1; i >= 0; i-- {
-		g, err := loadGeneration(fsys, gens[i].path, gens[i].gen, nil)
-		if err != nil {
-			return nil, State{}, rep, err
-		}
-		if g.activated {
-			ld, chosen, older = g, gens[i], gens[:i]
-			break
-		}
-		broken = append(broken, gens[i])
+	ld, chosen, broken, older, err := newestActivated(fsys, gens)
+	if err != nil {
+		return nil, State{}, rep, err
 	}
 
 	var l *Log
@@ -647,4 +634,22 @@ func (l *Log) openTail(ld *loaded, rep *Report) error {
 	l.stats.Syncs++
 	l.f, l.end, l.synced, l.alloc = f, end, end, alloc
 	return nil
+}
+
+// newestActivated loads the generations newest first and stops at the first
+// activated one: ld and chosen are it (nil and the zero genFile when none
+// is), broken the newer ones a crash left before their activation, older
+// the ones before it.
+func newestActivated(fsys vfs.FS, gens []genFile) (ld *loaded, chosen genFile, broken, older []genFile, err error) {
+	for i := len(gens) - 1; i >= 0; i-- {
+		g, err := loadGeneration(fsys, gens[i].path, gens[i].gen, nil)
+		if err != nil {
+			return nil, genFile{}, nil, nil, err
+		}
+		if g.activated {
+			return g, gens[i], broken, gens[:i], nil
+		}
+		broken = append(broken, gens[i])
+	}
+	return nil, genFile{}, broken, nil, nil
 }

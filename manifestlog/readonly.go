@@ -33,22 +33,9 @@ func OpenReadOnly(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, e
 	if len(gens) == 0 {
 		return nil, State{}, rep, fmt.Errorf("manifestlog: no manifest in %s: %w", dir, fs.ErrNotExist)
 	}
-	var (
-		ld     *loaded
-		chosen genFile
-		broken []genFile
-		older  []genFile
-	)
-	for i := len(gens) - 1; i >= 0; i-- {
-		g, err := loadGeneration(fsys, gens[i].path, gens[i].gen, nil)
-		if err != nil {
-			return nil, State{}, rep, err
-		}
-		if g.activated {
-			ld, chosen, older = g, gens[i], gens[:i]
-			break
-		}
-		broken = append(broken, gens[i])
+	ld, chosen, broken, older, err := newestActivated(fsys, gens)
+	if err != nil {
+		return nil, State{}, rep, err
 	}
 	l := newLog()
 	if ld == nil {

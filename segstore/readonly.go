@@ -5,7 +5,6 @@ import (
 	"path/filepath"
 
 	"github.com/segkv/segkv/manifestlog"
-	"github.com/segkv/segkv/recovery"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/wal"
 )
@@ -33,27 +32,7 @@ func (s *Store) recoverReadOnly() error {
 		s.log.Warn("segkv: manifest left as it is (read-only)", "action", a)
 	}
 
-	tails := map[uint64]*tail{}
-	res, rep, err := recovery.Plan(s.fs, s.dir, state, recovery.Options{
-		Logger:   s.log,
-		NoMap:    s.opts.DisableMmap,
-		Repair:   s.indexRepair,
-		ReadOnly: true,
-		OnLiveRecord: func(id uint64, r segment.Record, off int64, length int) error {
-			t := tails[id]
-			if t == nil {
-				t = newTail(s, id)
-				tails[id] = t
-			}
-			t.apply(r.Kind, r.Key, r.Value, off, length)
-			return nil
-		},
-	})
-	s.recovery = rep
-	if rep != nil {
-		rep.ManifestActions = mrep.Actions
-		s.stats.indexRebuilds.Add(int64(len(rep.RebuiltIndexes)))
-	}
+	res, tails, err := s.planRecovery(state, mrep, true)
 	if err != nil {
 		return err
 	}

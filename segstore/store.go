@@ -345,29 +345,10 @@ func (s *Store) recover() error {
 	s.mlog = mlog
 	s.mreport = mrep
 
-	tails := map[uint64]*tail{}
 	// Plan reads everything and changes no data file; Settle, below, makes
 	// its repairs once the chain's files are open too, so that an Open that
 	// fails on a read or an open leaves every file as it found it.
-	res, rep, err := recovery.Plan(s.fs, s.dir, state, recovery.Options{
-		Logger: s.log,
-		NoMap:  s.opts.DisableMmap,
-		Repair: s.indexRepair,
-		OnLiveRecord: func(id uint64, r segment.Record, off int64, length int) error {
-			t := tails[id]
-			if t == nil {
-				t = newTail(s, id)
-				tails[id] = t
-			}
-			t.apply(r.Kind, r.Key, r.Value, off, length)
-			return nil
-		},
-	})
-	s.recovery = rep
-	if rep != nil {
-		rep.ManifestActions = mrep.Actions
-		s.stats.indexRebuilds.Add(int64(len(rep.RebuiltIndexes)))
-	}
+	res, tails, err := s.planRecovery(state, mrep, false)
 	if err != nil {
 		return err
 	}
@@ -900,3 +881,33 @@ func (s *Store) RecoveryReport() recovery.Report {
 // ManifestSeq returns the sequence number of the last manifest commit: a peer
 // that saw the same number knows nothing changed.
 func (s *Store) ManifestSeq() uint64 { return s.mlog.Seq() }
+
+// planRecovery runs recovery.Plan over the manifest's state: it reads the
+// sealed segments and replays the live chain into tails, one per live
+// file, changing nothing on disk (readOnly also keeps it from planning
+// index repairs it could not make). The report is kept as the store's
+// RecoveryReport, with the manifest's own actions.
+func (s *Store) planRecovery(state manifestlog.State, mrep manifestlog.Report, readOnly bool) (*recovery.Result, map[uint64]*tail, error) {
+	tails := map[uint64]*tail{}
+	res, rep, err := recovery.Plan(s.fs, s.dir, state, recovery.Options{
+		Logger:   s.log,
+		NoMap:    s.opts.DisableMmap,
+		Repair:   s.indexRepair,
+		ReadOnly: readOnly,
+		OnLiveRecord: func(id uint64, r segment.Record, off int64, length int) error {
+			t := tails[id]
+			if t == nil {
+				t = newTail(s, id)
+				tails[id] = t
+			}
+			t.apply(r.Kind, r.Key, r.Value, off, length)
+			return nil
+		},
+	})
+	s.recovery = rep
+	if rep != nil {
+		rep.ManifestActions = mrep.Actions
+		s.stats.indexRebuilds.Add(int64(len(rep.RebuiltIndexes)))
+	}
+	return res, tails, err
+}
