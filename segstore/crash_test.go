@@ -3,6 +3,7 @@ package segstore
 import (
 	"math/rand/v2"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -13,24 +14,40 @@ import (
 // TestCrashAtEverySyncPoint runs a randomized single-writer workload of puts,
 // deletes, batches and seals under SyncAlways, takes a crash image at every
 // sync point, and checks that each image opens to the model after exactly the
-// acknowledged batches, or after those plus the one batch in flight: never a
-// partial batch, never a lost acknowledged write.
+// acknowledged batches, or after those plus some of the batches begun by the
+// time of the image (the writer does not wait for a background sync's image):
+// never a partial batch, never a lost acknowledged write.
 func TestCrashAtEverySyncPoint(t *testing.T) {
 	seeds := testutil.CrashSeeds(t, 3)
 	total := 0
 	for seed := 0; seed < seeds; seed++ {
-		total += runCrashWorkload(t, uint64(seed), 150)
+		total += runCrashWorkload(t, uint64(seed), 150, nil)
 	}
 	t.Logf("crash points covered: %d (seeds %d)", total, seeds)
 	require.GreaterOrEqual(t, total, 300*seeds/3)
 }
 
-func runCrashWorkload(t *testing.T, seed uint64, steps int) int {
+// TestCrashAtEverySyncPointWidened runs the workload with the recorder
+// pausing between its reading of the acknowledged count and its image, so
+// that the writer often gets more than one batch past that count while a
+// background sync's image is taken. A loaded machine did that once
+// (seed 17: a torn-sectors image after a merge's fsync showed 115 batches
+// with 113 acknowledged, which a check of "113 or 114" took for a deleted
+// key coming back); this makes the interleaving common, so that the check's
+// bounds are exercised on every run. The pause paces nothing the test
+// asserts on.
+func TestCrashAtEverySyncPointWidened(t *testing.T) {
+	n := runCrashWorkload(t, 17, 150, func() { time.Sleep(2 * time.Millisecond) })
+	t.Logf("crash points covered: %d", n)
+}
+
+func runCrashWorkload(t *testing.T, seed uint64, steps int, widen func()) int {
 	t.Helper()
 	const keySpace = 40
 	rng := rand.New(rand.NewPCG(seed, 99))
 	mem := vfs.NewMem()
 	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, 7)))
+	rec.Widen = widen
 	// history[i] is the model after i acknowledged batches.
 	history := []model{{}}
 	opts := &Options{FS: mem, SegmentSize: 4 << 10}
@@ -47,6 +64,7 @@ func runCrashWorkload(t *testing.T, seed uint64, steps int) int {
 		// Publish the model before the write can become durable, so that a
 		// crash image showing the batch finds it in history.
 		history = append(history, next)
+		rec.Started.Add(1)
 		require.NoError(t, applyOps(s, ops))
 		rec.Acked.Add(1)
 	}
@@ -57,16 +75,24 @@ func runCrashWorkload(t *testing.T, seed uint64, steps int) int {
 	for _, p := range points {
 		st, err := Open("/db", &Options{FS: p.FS, SegmentSize: 4 << 10})
 		require.NoError(t, err, "crash point %s", p.Label)
+		// Any state from the batches acknowledged before the image to those
+		// begun by then. Not just Lo+1: an image taken on a background sync
+		// (a merge's, a tidy's) can show more than one batch past Lo,
+		// since the writer goes on between the recorder's reading of
+		// Acked and its clone (it acknowledges the batch it had synced and
+		// writes the next, which a torn-sectors or keep-unsynced image may
+		// keep whole).
 		matched := -1
-		for k := p.Lo; k < len(history) && k <= p.Lo+1; k++ {
+		for k := p.Lo; k < len(history) && k <= p.Hi; k++ {
 			if diff(st, history[k], keySpace) == nil {
 				matched = k
 				break
 			}
 		}
 		if matched < 0 {
-			t.Fatalf("seed %d crash point %s: state matches neither %d nor %d acknowledged batches: %v",
-				seed, p.Label, p.Lo, p.Lo+1, diff(st, history[p.Lo], keySpace))
+			t.Fatalf("seed %d crash point %s: state matches no batch count in [%d, %d]: vs %d: %v; vs %d: %v",
+				seed, p.Label, p.Lo, p.Hi, p.Lo, diff(st, history[p.Lo], keySpace),
+				p.Hi, diff(st, history[min(p.Hi, len(history)-1)], keySpace))
 		}
 		require.NoError(t, st.Check(), "crash point %s", p.Label)
 		// The recovered store must accept writes and keep them.

@@ -50,6 +50,13 @@ type CrashPoint struct {
 type CrashRecorder struct {
 	Acked   atomic.Int64 // logical operations acknowledged
 	Started atomic.Int64 // logical operations begun (>= Acked)
+	// Widen, if set, runs between the reading of Acked and the image.
+	// A test sets it to a pause to make likely what a loaded machine does
+	// now and then: a writer not waiting on this sync acknowledges more
+	// operations and begins the next before the image is taken, so that a
+	// checker bounding the image by Acked+1 rather than by Started is seen
+	// to be wrong. Set it before installing Hook.
+	Widen func()
 
 	mu     sync.Mutex
 	mem    *vfs.Mem // nil while the workload switches file systems
@@ -75,6 +82,9 @@ func (r *CrashRecorder) Hook(ev vfs.SyncEvent) {
 	// by an earlier barrier. Started after it: nothing begun later can be
 	// in the image.
 	lo := int(r.Acked.Load())
+	if r.Widen != nil {
+		r.Widen()
+	}
 	modes := CrashModes()
 	mode := modes[r.n%len(modes)]
 	r.n++
