@@ -120,6 +120,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, tty bo
 	if *storeDir == "" || *to == "" || fs.NArg() > 0 {
 		return cliout.Usagef("run needs -store DIR -to URL")
 	}
+	if *poll <= 0 || *sealEvery < 0 {
+		// The library would take them as its defaults, silently.
+		return cliout.Usagef("run needs -poll > 0 and -seal >= 0")
+	}
 	if strings.HasPrefix(*to, "mem://") {
 		// Nothing written there outlives this process.
 		return cliout.Usagef("run cannot back up to %s: a mem:// bucket is gone when segbackup exits", *to)
