@@ -243,6 +243,10 @@ func diff(st *state, infos []segstore.SegmentInfo) ([]SegmentKey, []Segment, []u
 	return removed, added, ids
 }
 
+// errUploadEnded is what an export still writing sees once the put it
+// feeds has returned.
+var errUploadEnded = errors.New("backup: upload ended")
+
 // upload writes one segment object, streaming the export into the put.
 func (l *Loop) upload(ctx context.Context, capt Capture, id uint64, k SegmentKey) error {
 	key := segmentObject(k)
@@ -254,7 +258,7 @@ func (l *Loop) upload(ctx context.Context, capt Capture, id uint64, k SegmentKey
 		done <- err
 	}()
 	err := l.b.PutIfAbsent(ctx, key, pr, k.Size)
-	pr.CloseWithError(errors.New("backup: upload ended")) // unblocks the export
+	pr.CloseWithError(errUploadEnded) // unblocks the export
 	exportErr := <-done
 	if errors.Is(err, bucket.ErrExists) {
 		// Uploaded before (a step that failed after it, or a crash):
@@ -262,7 +266,9 @@ func (l *Loop) upload(ctx context.Context, capt Capture, id uint64, k SegmentKey
 		err = nil
 	}
 	if err != nil {
-		if exportErr != nil && !errors.Is(exportErr, io.ErrClosedPipe) {
+		// The export's own failure is the cause; one that only saw the
+		// put end (cancelled, refused) would hide the put's error.
+		if exportErr != nil && !errors.Is(exportErr, io.ErrClosedPipe) && !errors.Is(exportErr, errUploadEnded) {
 			return fmt.Errorf("backup: export segment %d: %w", id, exportErr)
 		}
 		return fmt.Errorf("backup: upload %s: %w", key, err)

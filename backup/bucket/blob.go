@@ -13,6 +13,8 @@ import (
 	"gocloud.dev/blob"
 	"gocloud.dev/gcerrors"
 
+	"github.com/segkv/segkv/vfs"
+
 	// The drivers OpenURL understands.
 	_ "gocloud.dev/blob/azureblob"
 	_ "gocloud.dev/blob/fileblob"
@@ -55,8 +57,29 @@ func NewBlob(b *blob.Bucket, prefix string, s3 bool) *Blob {
 // key under that prefix), or a plain directory path, which gives a Local
 // bucket on the real file system.
 func OpenURL(ctx context.Context, raw string) (Bucket, error) {
+	return openURL(ctx, raw, true)
+}
+
+// OpenExistingURL is OpenURL for reading a backup (restore, prune): a
+// plain directory path must already exist (an error matching
+// fs.ErrNotExist otherwise), so a mistyped path is reported rather than
+// created empty.
+func OpenExistingURL(ctx context.Context, raw string) (Bucket, error) {
+	return openURL(ctx, raw, false)
+}
+
+func openURL(ctx context.Context, raw string, create bool) (Bucket, error) {
 	u, err := url.Parse(raw)
+	if err != nil && strings.Contains(raw, "://") {
+		// Meant as a URL, not a directory named "scheme:".
+		return nil, fmt.Errorf("bucket: open %s: %w", raw, err)
+	}
 	if err != nil || u.Scheme == "" || len(u.Scheme) == 1 /* C:\ */ {
+		if !create {
+			if _, err := vfs.NewOS().List(raw); err != nil {
+				return nil, fmt.Errorf("bucket: open %s: %w", raw, err)
+			}
+		}
 		return NewLocal(nil, raw)
 	}
 	q := u.Query()

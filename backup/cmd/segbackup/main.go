@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/segkv/segkv/backup/bucket"
 	"github.com/segkv/segkv/internal/cliout"
 	"github.com/segkv/segkv/segstore"
+	"github.com/segkv/segkv/vfs"
 )
 
 func main() {
@@ -118,6 +120,20 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, tty bo
 	if *storeDir == "" || *to == "" || fs.NArg() > 0 {
 		return cliout.Usagef("run needs -store DIR -to URL")
 	}
+	if *poll <= 0 || *sealEvery < 0 {
+		// The library would take them as its defaults, silently.
+		return cliout.Usagef("run needs -poll > 0 and -seal >= 0")
+	}
+	if strings.HasPrefix(*to, "mem://") {
+		// Nothing written there outlives this process.
+		return cliout.Usagef("run cannot back up to %s: a mem:// bucket is gone when segbackup exits", *to)
+	}
+	// segstore.Open creates a store where there is none: a mistyped -store
+	// would back up a new empty store (and leave one behind) instead of
+	// failing.
+	if err := hasStore(*storeDir); err != nil {
+		return err
+	}
 	b, err := bucket.OpenURL(ctx, *to)
 	if err != nil {
 		return err
@@ -176,6 +192,24 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer, tty bo
 	return err
 }
 
+// errNoStore reports a -store directory that holds no segkv store.
+var errNoStore = errors.New("no segkv store")
+
+// hasStore checks that dir holds a store: a manifest generation, which
+// every store has from its first Open on.
+func hasStore(dir string) error {
+	names, err := vfs.NewOS().List(dir)
+	if err != nil {
+		return fmt.Errorf("%w at %s: %w", errNoStore, dir, err)
+	}
+	for _, n := range names {
+		if strings.HasPrefix(n, "MANIFEST-") {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w at %s: it has no MANIFEST file", errNoStore, dir)
+}
+
 type restoreRow struct {
 	Seq      uint64  `json:"seq"`
 	Segments int     `json:"segments"`
@@ -205,7 +239,7 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer, tt
 	if *from == "" || *to == "" || fs.NArg() > 0 {
 		return cliout.Usagef("restore needs -from URL -to DIR")
 	}
-	b, err := bucket.OpenURL(ctx, *from)
+	b, err := bucket.OpenExistingURL(ctx, *from)
 	if err != nil {
 		return err
 	}
@@ -260,7 +294,7 @@ func cmdPrune(ctx context.Context, args []string, stdout io.Writer) error {
 	if *from == "" || (*keep <= 0 && *within <= 0) || fs.NArg() > 0 {
 		return cliout.Usagef("prune needs -from URL and -keep-checkpoints K or -keep-within D")
 	}
-	b, err := bucket.OpenURL(ctx, *from)
+	b, err := bucket.OpenExistingURL(ctx, *from)
 	if err != nil {
 		return err
 	}
