@@ -17,6 +17,12 @@ type opGate struct {
 	mu     sync.Mutex
 	closed bool
 	active sync.WaitGroup
+	// cancels holds the cancel func of every operation context not yet
+	// done (context), so that close cancels them before it returns: an
+	// operation's next check after Close began sees ErrClosed, which a
+	// context.AfterFunc, run on a goroutine of its own, did not promise.
+	cancels map[uint64]context.CancelCauseFunc
+	nextID  uint64
 }
 
 // enter admits one operation, or returns ErrClosed once Close has begun.
@@ -33,12 +39,40 @@ func (g *opGate) enter() error {
 
 func (g *opGate) leave() { g.active.Done() }
 
-// close admits nothing more. (Add happens under mu before closed is set,
-// so a later wait sees every Add.)
+// close admits nothing more and cancels, with cause ErrClosed, every
+// operation context still open. (Add happens under mu before closed is
+// set, so a later wait sees every Add.)
 func (g *opGate) close() {
 	g.mu.Lock()
+	defer g.mu.Unlock()
 	g.closed = true
-	g.mu.Unlock()
+	for _, cancel := range g.cancels {
+		cancel(ErrClosed)
+	}
+}
+
+// context returns ctx, also cancelled (with cause ErrClosed) by close, at
+// once if close has already run; done releases it.
+func (g *opGate) context(ctx context.Context) (_ context.Context, done func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		cancel(ErrClosed)
+		return ctx, func() {}
+	}
+	if g.cancels == nil {
+		g.cancels = map[uint64]context.CancelCauseFunc{}
+	}
+	id := g.nextID
+	g.nextID++
+	g.cancels[id] = cancel
+	return ctx, func() {
+		g.mu.Lock()
+		delete(g.cancels, id)
+		g.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 // wait returns once every admitted operation has left; call it after close.
@@ -66,12 +100,7 @@ func (s *Store) enter(writes bool) error {
 // opContext returns ctx, also cancelled (with cause ErrClosed) when Close
 // begins, so that a long operation does not hold Close hostage.
 func (s *Store) opContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	stop := context.AfterFunc(s.closing, func() { cancel(ErrClosed) })
-	return ctx, func() {
-		stop()
-		cancel(nil)
-	}
+	return s.ops.context(ctx)
 }
 
 // ctxErr is ctx's error, or ErrClosed if Close cancelled it.
@@ -107,10 +136,9 @@ func (s *Store) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return ErrClosed
 	}
-	// Admit no operation from now on; the wait for those admitted comes
-	// after the writers' and the background's.
+	// Admit no operation from now on and cancel those admitted; the wait
+	// for them comes after the writers' and the background's.
 	s.ops.close()
-	s.cancelClose()
 	// Writers re-check closed under writeMu: once this exclusive section is
 	// reached, every commit admitted before it has returned, and none can
 	// start after it.

@@ -1181,7 +1181,15 @@ func (b *blockingWriter) Write(p []byte) (int, error) {
 // waitClosing waits until Close has begun on s and cancelled the
 // operations it admitted.
 func waitClosing(s *Store) {
-	<-s.closing.Done()
+	for {
+		s.ops.mu.Lock()
+		closed := s.ops.closed // set under mu with the cancellations
+		s.ops.mu.Unlock()
+		if closed {
+			return
+		}
+		runtime.Gosched()
+	}
 }
 
 // TestShutdownDuringBlockedImport: Close while an Import waits on a slow

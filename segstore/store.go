@@ -99,12 +99,10 @@ type Store struct {
 	// the read view under mu, so Close's exclusive acquisitions of those
 	// locks are the points after which no admitted call is still running.
 	closed atomic.Bool
-	// closing ends when Close begins, so that merges, imports, compactions
-	// and exports in progress stop at their next check instead of making
-	// Close wait for them.
-	closing     context.Context
-	cancelClose context.CancelFunc
-	ops         opGate
+	// ops admits the long operations (Seal, Import, Compact, Export, ...)
+	// and cancels their contexts when Close begins, so that they stop at
+	// their next check instead of making Close wait for them.
+	ops opGate
 
 	// failure is the first error that stopped the store accepting writes.
 	failure atomic.Pointer[error]
@@ -287,7 +285,6 @@ func open(dir string, opts *Options, hooks testHooks) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{dir: dir, opts: o, fs: o.FS, log: o.Logger, mergeOpts: mo, hooks: hooks, merging: map[uint64]bool{}}
-	s.closing, s.cancelClose = context.WithCancel(context.Background())
 	if o.ReadOnly {
 		// Nothing is created: the directory must exist (a listing error
 		// for a missing one matches fs.ErrNotExist).
@@ -311,7 +308,6 @@ func open(dir string, opts *Options, hooks testHooks) (*Store, error) {
 		recover = s.recoverReadOnly
 	}
 	if err := recover(); err != nil {
-		s.cancelClose()
 		s.closeResources()
 		return nil, err
 	}

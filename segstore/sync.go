@@ -97,13 +97,6 @@ func (s *Store) exportSegment(ctx context.Context, sg *sealed, w io.Writer, stop
 	buf := make([]byte, min(1<<20, max(sg.meta.DataLength, 1)))
 	digest := xxhash.New()
 	for n < sg.meta.DataLength {
-		// closing is checked itself, not only through ctx: opContext's
-		// cancellation reaches ctx from a goroutine of its own, and an
-		// export that began its next chunk after Close began would
-		// otherwise run to its end.
-		if s.closing.Err() != nil {
-			return n, ErrClosed
-		}
 		if err := ctxErr(ctx); err != nil {
 			return n, err
 		}
