@@ -142,6 +142,24 @@ func (c *chain) read(ctx context.Context, b bucket.Bucket, key string) ([]byte, 
 	return data, err
 }
 
+// nextEdit reads and decodes the edit that follows seq: e is nil when no
+// object holds one (the walk's end, or a gap its caller looks for). An edit
+// that cannot be decoded breaks the chain (ErrGap). size is the object's.
+func nextEdit(seq uint64, read func(key string) ([]byte, error)) (name string, e *Edit, size int, err error) {
+	name = editObject(seq)
+	data, err := read(name)
+	if errors.Is(err, bucket.ErrNotFound) {
+		return name, nil, 0, nil
+	}
+	if err != nil {
+		return name, nil, 0, err
+	}
+	if e, err = DecodeEdit(name, data); err != nil {
+		return name, nil, 0, fmt.Errorf("%w: %w", ErrGap, err)
+	}
+	return name, e, len(data), nil
+}
+
 // loadChain rebuilds the recorded state as of target (0: the latest): the
 // newest recorded state whose seq is at most target. A checkpoint that is
 // missing or corrupt is passed over for an older one (and noted); a
@@ -184,17 +202,12 @@ func loadChain(ctx context.Context, b bucket.Bucket, target uint64) (*chain, err
 	}
 	asOf := false // the walk stopped at an edit past target
 	for target == 0 || c.st.seq < target {
-		name := editObject(c.st.seq)
-		data, err := c.read(ctx, b, name)
-		if errors.Is(err, bucket.ErrNotFound) {
-			break
-		}
+		name, e, size, err := nextEdit(c.st.seq, func(key string) ([]byte, error) { return c.read(ctx, b, key) })
 		if err != nil {
 			return nil, err
 		}
-		e, err := DecodeEdit(name, data)
-		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrGap, err)
+		if e == nil {
+			break
 		}
 		if target != 0 && e.Seq > target {
 			asOf = true // the state as of target is the current one
@@ -203,7 +216,7 @@ func loadChain(ctx context.Context, b bucket.Bucket, target uint64) (*chain, err
 		if err := c.st.apply(e, name); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrGap, err)
 		}
-		c.editBytes += len(data)
+		c.editBytes += size
 		c.edits++
 		c.last = e
 	}

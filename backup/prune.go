@@ -211,17 +211,12 @@ func reachableFrom(ctx context.Context, b bucket.Bucket, base uint64) (map[Segme
 		keep[k] = true
 	}
 	for {
-		name := editObject(st.seq)
-		data, err := bucket.ReadAll(ctx, b, name)
-		if errors.Is(err, bucket.ErrNotFound) {
+		name, e, _, err := nextEdit(st.seq, func(key string) ([]byte, error) { return bucket.ReadAll(ctx, b, key) })
+		if err != nil {
+			return nil, err
+		}
+		if e == nil {
 			break
-		}
-		if err != nil {
-			return nil, err
-		}
-		e, err := DecodeEdit(name, data)
-		if err != nil {
-			return nil, err
 		}
 		if err := st.apply(e, name); err != nil {
 			return nil, err
