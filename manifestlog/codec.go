@@ -43,17 +43,40 @@ func (k recordKind) String() string {
 	return fmt.Sprintf("kind %d", byte(k))
 }
 
-// Version is the manifest format version this package writes and the only
-// one it reads. Version 2 added replica records; a version 1 reader would
-// refuse them as an unknown kind, and a version 1 file lacks them, which
-// this reader would take for damage, so neither reads the other.
-const Version uint32 = 2
+// Version is the manifest format version this package writes. Version 2
+// added replica records; a version 1 reader would refuse them as an unknown
+// kind, and a version 1 file lacks them, which this reader would take for
+// damage, so neither reads the other. Version 3 added a segment's origin
+// (the id it has in the store it was mirrored from), the followed seq and
+// the adopted digests (checkpoint fields and edit flags 2 and 4): a version
+// 2 reader would misalign on the longer segment encoding, so the version
+// changed. This package reads versions 2 and 3 and writes only 3: Open
+// rewrites a version 2 generation as a version 3 one before it appends.
+const Version uint32 = 3
+
+// minVersion is the oldest format version this package reads.
+const minVersion uint32 = 2
+
+// knownVersion reports whether this package reads format version v.
+func knownVersion(v uint32) bool { return v >= minVersion && v <= Version }
 
 // magic opens every header record.
 const magic = "segkvMNF"
 
-// flagSetLive is the only flag bit of an edit record.
-const flagSetLive byte = 1
+// Flag bits of an edit record. Version 2 knows only flagSetLive.
+const (
+	flagSetLive     byte = 1 // the edit names the live file
+	flagSetFollowed byte = 2 // the edit records the followed seq (version 3)
+	flagAdopt       byte = 4 // the edit lists adopted digests (version 3)
+)
+
+// editFlags are the flag bits of version v.
+func editFlags(v uint32) byte {
+	if v < 3 {
+		return flagSetLive
+	}
+	return flagSetLive | flagSetFollowed | flagAdopt
+}
 
 // minSegmentSize is the smallest possible encoding of one segment; decoders
 // use it to bound counts read from the input before allocating anything.
@@ -79,6 +102,10 @@ type record struct {
 	seq       uint64
 	setLive   bool // kindEdit only; a checkpoint always carries liveID
 	liveID    uint64
+	// setFollowed: kindEdit only; a checkpoint always carries followed.
+	setFollowed bool
+	followed    uint64
+	adopt       []uint64 // kindCheckpoint: the adopted digests; kindEdit: those the edit adds
 	nextID    uint64
 	nextOrder uint64
 	count     uint64 // kindCheckpoint: segments that follow in kindSegments records
@@ -116,12 +143,12 @@ func appendSegment(b []byte, m *SegmentMeta) []byte {
 	b = appendBytes(b, m.MinKey)
 	b = appendBytes(b, m.MaxKey)
 	b = appendUvarint(b, m.AddedSeq)
-	return b
+	return appendUvarint(b, m.Origin)
 }
 
 // segmentSize is an upper bound of appendSegment's output, for sizing buffers.
 func segmentSize(m *SegmentMeta) int {
-	return 10*7 + 1 + 16 + len(m.MinKey) + len(m.MaxKey)
+	return 10*8 + 1 + 16 + len(m.MinKey) + len(m.MaxKey)
 }
 
 func appendHeader(b []byte, gen uint64) []byte {
@@ -131,13 +158,23 @@ func appendHeader(b []byte, gen uint64) []byte {
 	return appendU64(b, gen)
 }
 
-func appendCheckpoint(b []byte, seq, liveID, nextID, nextOrder, count uint64) []byte {
+func appendCheckpoint(b []byte, s *snapshot, count uint64) []byte {
 	b = append(b, byte(kindCheckpoint))
-	b = appendUvarint(b, seq)
-	b = appendUvarint(b, liveID)
-	b = appendUvarint(b, nextID)
-	b = appendUvarint(b, nextOrder)
-	return appendUvarint(b, count)
+	b = appendUvarint(b, s.seq)
+	b = appendUvarint(b, s.liveID)
+	b = appendUvarint(b, s.nextID)
+	b = appendUvarint(b, s.nextOrder)
+	b = appendUvarint(b, count)
+	b = appendUvarint(b, s.followed)
+	return appendDigests(b, s.adopted)
+}
+
+func appendDigests(b []byte, ds []uint64) []byte {
+	b = appendUvarint(b, uint64(len(ds)))
+	for _, d := range ds {
+		b = appendU64(b, d)
+	}
+	return b
 }
 
 func appendSegments(b []byte, segs []*SegmentMeta) []byte {
@@ -158,9 +195,18 @@ func appendEdit(b []byte, seq uint64, e *Edit, nextID, nextOrder uint64) []byte 
 	if e.SetLive {
 		flags |= flagSetLive
 	}
+	if e.SetFollowed {
+		flags |= flagSetFollowed
+	}
+	if len(e.Adopt) > 0 {
+		flags |= flagAdopt
+	}
 	b = append(b, flags)
 	if e.SetLive {
 		b = appendUvarint(b, e.LiveID)
+	}
+	if e.SetFollowed {
+		b = appendUvarint(b, e.Followed)
 	}
 	b = appendUvarint(b, nextID)
 	b = appendUvarint(b, nextOrder)
@@ -171,6 +217,9 @@ func appendEdit(b []byte, seq uint64, e *Edit, nextID, nextOrder uint64) []byte 
 	b = appendUvarint(b, uint64(len(e.Remove)))
 	for _, id := range e.Remove {
 		b = appendUvarint(b, id)
+	}
+	if len(e.Adopt) > 0 {
+		b = appendDigests(b, e.Adopt)
 	}
 	return b
 }
@@ -206,8 +255,9 @@ func replicaSize(payloads [][]byte) int {
 // decoder reads a payload front to back; the first error sticks, so callers
 // check it once at the end.
 type decoder struct {
-	b   []byte
-	err error
+	b       []byte
+	err     error
+	version uint32 // the format version of the file being read
 }
 
 func (d *decoder) fail(err error) {
@@ -317,16 +367,32 @@ func (d *decoder) segment() SegmentMeta {
 	m.MinKey = d.bytes()
 	m.MaxKey = d.bytes()
 	m.AddedSeq = d.uvarint()
+	if d.version >= 3 {
+		m.Origin = d.uvarint()
+	}
 	return m
 }
 
-// decodeRecord decodes one frame payload. It never panics on any input; a
-// malformed payload yields an error (the caller adds file and offset). A
-// header record with a version other than Version decodes successfully so
-// that the caller can refuse it with a version error rather than call it
-// damage.
-func decodeRecord(p []byte) (record, error) {
-	d := decoder{b: p}
+// digests reads a digest list (a count, then that many u64 LE).
+func (d *decoder) digests() []uint64 {
+	n := d.count(8)
+	if n == 0 {
+		return nil
+	}
+	out := make([]uint64, 0, n)
+	for i := 0; i < n && d.err == nil; i++ {
+		out = append(out, d.u64())
+	}
+	return out
+}
+
+// decodeRecord decodes one frame payload of a file of format version
+// (which its header gave). It never panics on any input; a malformed payload
+// yields an error (the caller adds file and offset). A header record with a
+// version this package does not read decodes successfully so that the
+// caller can refuse it with a version error rather than call it damage.
+func decodeRecord(p []byte, version uint32) (record, error) {
+	d := decoder{b: p, version: version}
 	r := record{kind: recordKind(d.u8())}
 	switch r.kind {
 	case kindHeader:
@@ -335,7 +401,7 @@ func decodeRecord(p []byte) (record, error) {
 		}
 		d.b = d.b[len(magic):]
 		r.version = d.u32()
-		if d.err == nil && r.version != Version {
+		if d.err == nil && !knownVersion(r.version) {
 			// Do not interpret anything past the version.
 			return r, nil
 		}
@@ -346,6 +412,10 @@ func decodeRecord(p []byte) (record, error) {
 		r.nextID = d.uvarint()
 		r.nextOrder = d.uvarint()
 		r.count = d.uvarint()
+		if version >= 3 {
+			r.followed = d.uvarint()
+			r.adopt = d.digests()
+		}
 	case kindSegments:
 		n := d.count(minSegmentSize)
 		if n == 0 && d.err == nil {
@@ -358,12 +428,16 @@ func decodeRecord(p []byte) (record, error) {
 	case kindEdit:
 		r.seq = d.uvarint()
 		flags := d.u8()
-		if flags&^flagSetLive != 0 {
+		if flags&^editFlags(version) != 0 {
 			d.fail(fmt.Errorf("unknown edit flags %#x", flags))
 		}
 		if flags&flagSetLive != 0 {
 			r.setLive = true
 			r.liveID = d.uvarint()
+		}
+		if flags&flagSetFollowed != 0 {
+			r.setFollowed = true
+			r.followed = d.uvarint()
 		}
 		r.nextID = d.uvarint()
 		r.nextOrder = d.uvarint()
@@ -380,6 +454,11 @@ func decodeRecord(p []byte) (record, error) {
 		}
 		for i := 0; i < n && d.err == nil; i++ {
 			r.remove = append(r.remove, d.uvarint())
+		}
+		if flags&flagAdopt != 0 {
+			if r.adopt = d.digests(); len(r.adopt) == 0 && d.err == nil {
+				d.fail(errors.New("adopt flag with an empty digest list"))
+			}
 		}
 	case kindActivate:
 		r.seq = d.uvarint()

@@ -42,8 +42,11 @@ func (l *Log) CommitEdit(e Edit) (Committed, error) {
 		Remove:    append([]uint64(nil), e.Remove...),
 		SetLive:   e.SetLive,
 		LiveID:    e.LiveID,
-		NextID:    e.NextID,
-		NextOrder: e.NextOrder,
+		NextID:      e.NextID,
+		NextOrder:   e.NextOrder,
+		SetFollowed: e.SetFollowed,
+		Followed:    e.Followed,
+		Adopt:       slices.Clone(e.Adopt),
 	}
 	for i, m := range e.Add {
 		// Own the keys: the caller may reuse its buffers.
@@ -149,7 +152,7 @@ func (l *Log) ReserveIDsBelow(n uint64) {
 }
 
 func editSize(e *Edit) int {
-	n := 64 + 10*len(e.Remove)
+	n := 64 + 10*len(e.Remove) + 10 + 8*len(e.Adopt)
 	for i := range e.Add {
 		n += segmentSize(&e.Add[i])
 	}
@@ -298,6 +301,10 @@ func (l *Log) apply(e *Edit, seq uint64) {
 	if e.SetLive {
 		l.liveID = e.LiveID
 	}
+	if e.SetFollowed {
+		l.followed = e.Followed
+	}
+	l.adopt(e.Adopt)
 	l.nextID = max(l.nextID, e.NextID)
 	l.nextOrder = max(l.nextOrder, e.NextOrder)
 }
@@ -324,4 +331,17 @@ func (l *Log) ensureAlloc(f allocFile, alloc *int64, need int64) {
 
 type allocFile interface {
 	Preallocate(off, length int64) error
+}
+
+// adopt remembers digests as adopted, keeping the newest
+// AdoptedMemory. mu held (or exclusive ownership during Open).
+func (l *Log) adopt(digests []uint64) {
+	if len(digests) == 0 {
+		return
+	}
+	l.adopted = append(l.adopted, digests...)
+	if len(l.adopted) > AdoptedMemory {
+		// Copy rather than reslice, so the dropped head is freed.
+		l.adopted = slices.Clone(l.adopted[len(l.adopted)-AdoptedMemory:])
+	}
 }

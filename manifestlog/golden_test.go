@@ -14,18 +14,21 @@ import (
 	"github.com/segkv/segkv/vfs"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/golden-v2.manifest and the fuzz seed corpus")
+var update = flag.Bool("update", false, "rewrite testdata/golden-v3.manifest and the fuzz seed corpus")
 
 const (
-	goldenPath   = "testdata/golden-v2.manifest"
+	goldenPath   = "testdata/golden-v3.manifest"
+	goldenV2Path = "testdata/golden-v2.manifest" // the version-2 part of the history in format version 2 (2026-12-06)
 	goldenV1Path = "testdata/golden-v1.manifest" // the same history in format version 1 (2026-12-02)
 	goldenGen    = 2                             // the golden history rotates once
 )
 
-// goldenHistory is the fixed history of the golden file. It exercises every
-// record kind and field: a checkpoint with segments, adds with and without
-// keys, removes, a merge, a live switch and counter raises.
-func goldenHistory() (before, after []Edit) {
+// goldenHistory is the fixed history of the golden file of format version
+// v. It exercises every record kind and field: a checkpoint with segments,
+// adds with and without keys, removes, a merge, a live switch and counter
+// raises; from version 3 on also a mirrored segment (Origin), a followed
+// seq in the checkpoint and in an edit, and adopted digests in both.
+func goldenHistory(v uint32) (before, after []Edit) {
 	empty := SegmentMeta{ID: 9, FileKind: 2, Order: 1 << 40, DataLength: 16, DataDigest: 0xffffffffffffffff}
 	before = []Edit{
 		{SetLive: true, LiveID: 1, NextID: 2},
@@ -38,6 +41,13 @@ func goldenHistory() (before, after []Edit) {
 		{Add: []SegmentMeta{seg(5)}, Remove: []uint64{1, 9}, SetLive: true, LiveID: 6},
 		{},
 	}
+	if v >= 3 {
+		before[1].Adopt = []uint64{seg(1).DataDigest, seg(2).DataDigest}
+		before[2].SetFollowed, before[2].Followed = true, 1<<33
+		after[0].Add[0].Origin = 1 << 35
+		after[0].SetFollowed, after[0].Followed = true, 1<<34
+		after[1].Adopt = []uint64{seg(5).DataDigest}
+	}
 	return before, after
 }
 
@@ -48,7 +58,7 @@ func writeGolden(t *testing.T) ([]byte, State) {
 	fsys := vfs.NewMem()
 	l, _, _ := openLog(t, fsys, Options{MinCheckpointBytes: 1 << 40})
 	m := newModel()
-	before, after := goldenHistory()
+	before, after := goldenHistory(Version)
 	for _, e := range before {
 		_, err := l.Commit(e)
 		require.NoError(t, err)
@@ -100,8 +110,83 @@ func TestGolden(t *testing.T) {
 	require.Equal(t, uint64(6), got.LiveID)
 	require.Equal(t, []uint64{4, 5}, sortedIDs(got))
 	require.Equal(t, uint64(4), l.ckptSeq)
+	require.Equal(t, uint64(1<<34), got.Followed)
+	require.Len(t, got.Adopted, 3)
 
 	require.Equal(t, golden, fresh, "the encoder no longer writes the version-%d format byte for byte", Version)
+}
+
+// TestGoldenV2Upgraded: a version 2 file reads to the state of its history
+// (no origins, no followed seq, nothing adopted); a writable Open rewrites
+// it as a version 3 generation before appending, and what it appends reads
+// back after a reopen.
+func TestGoldenV2Upgraded(t *testing.T) {
+	v2, err := os.ReadFile(goldenV2Path)
+	require.NoError(t, err)
+	m := newModel()
+	before, after := goldenHistory(2)
+	for _, e := range append(before, after...) {
+		m.apply(e)
+	}
+	want := m.clone()
+
+	fsys := vfs.NewMem()
+	path := filepath.Join(testDir, genName(goldenGen))
+	writeRaw(t, fsys, path, v2)
+	infos, err := Inspect(fsys, testDir)
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.NoError(t, infos[0].Err)
+	requireStateEqual(t, want, infos[0].State)
+
+	l, got, rep := openLog(t, fsys, Options{})
+	requireStateEqual(t, want, got)
+	require.Equal(t, uint64(goldenGen+1), rep.Generation, "the version-2 generation must be rewritten before anything is appended")
+	require.NotEmpty(t, rep.Actions)
+	s := seg(11)
+	s.Origin = 7
+	_, err = l.Commit(Edit{Add: []SegmentMeta{s}, SetFollowed: true, Followed: 99, Adopt: []uint64{42}})
+	require.NoError(t, err)
+	want = l.State()
+	require.NoError(t, l.Close())
+	require.Equal(t, []string{filepath.Join(testDir, genName(goldenGen+1))}, manifestFiles(t, fsys))
+
+	l, got, _ = openLog(t, fsys, Options{})
+	defer l.Close()
+	requireStateEqual(t, want, got)
+	require.Equal(t, uint64(99), got.Followed)
+	require.Equal(t, uint64(7), got.Segments[11].Origin)
+}
+
+// TestAdoptedMemoryBounded: the log remembers the newest AdoptedMemory
+// adopted digests, across commits, a checkpoint and a reopen.
+func TestAdoptedMemoryBounded(t *testing.T) {
+	fsys := vfs.NewMem()
+	l, _, _ := openLog(t, fsys, Options{MinCheckpointBytes: 1 << 40})
+	const batch = 4096
+	var all []uint64
+	for i := 0; len(all) < AdoptedMemory+batch+100; i++ {
+		ds := make([]uint64, batch)
+		for j := range ds {
+			ds[j] = uint64(len(all) + j + 1)
+		}
+		all = append(all, ds...)
+		_, err := l.Commit(Edit{Adopt: ds})
+		require.NoError(t, err)
+		if i == 2 {
+			require.NoError(t, l.Checkpoint())
+		}
+	}
+	want := all[len(all)-AdoptedMemory:]
+	require.Equal(t, want, l.State().Adopted)
+	require.NoError(t, l.Close())
+	l, got, _ := openLog(t, fsys, Options{})
+	require.Equal(t, want, got.Adopted)
+	require.NoError(t, l.Checkpoint())
+	require.NoError(t, l.Close())
+	l, got, _ = openLog(t, fsys, Options{})
+	defer l.Close()
+	require.Equal(t, want, got.Adopted)
 }
 
 // TestGoldenV1Refused: a version 1 file (no replicas) is refused with
@@ -182,14 +267,15 @@ func writeSeedCorpus(t *testing.T, golden []byte) {
 
 func FuzzDecodeRecord(f *testing.F) {
 	f.Add(appendHeader(nil, 1))
-	f.Add(appendCheckpoint(nil, 1, 2, 3, 4, 5))
+	f.Add(appendCheckpoint(nil, &snapshot{seq: 1, liveID: 2, nextID: 3, nextOrder: 4, followed: 6, adopted: []uint64{7, 8}}, 5))
 	s := seg(3)
 	f.Add(appendSegments(nil, []*SegmentMeta{&s}))
 	f.Add(editPayload(7, Edit{Add: []SegmentMeta{seg(1)}, Remove: []uint64{2}, SetLive: true, LiveID: 4}))
+	f.Add(editPayload(8, Edit{SetFollowed: true, Followed: 12, Adopt: []uint64{1, 2}}))
 	f.Add(appendActivate(nil, 9))
 	f.Add(appendReplica(nil, 154, [][]byte{appendActivate(nil, 9), editPayload(10, Edit{Remove: []uint64{2}})}))
 	f.Fuzz(func(t *testing.T, p []byte) {
-		r, err := decodeRecord(p)
+		r, err := decodeRecord(p, Version)
 		if err != nil {
 			return
 		}
@@ -202,7 +288,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			again = appendHeader(nil, r.gen)
 		case kindCheckpoint:
-			again = appendCheckpoint(nil, r.seq, r.liveID, r.nextID, r.nextOrder, r.count)
+			again = appendCheckpoint(nil, &snapshot{seq: r.seq, liveID: r.liveID, nextID: r.nextID, nextOrder: r.nextOrder, followed: r.followed, adopted: r.adopt}, r.count)
 		case kindSegments:
 			ptrs := make([]*SegmentMeta, len(r.segs))
 			for i := range r.segs {
@@ -210,14 +296,14 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			again = appendSegments(nil, ptrs)
 		case kindEdit:
-			e := Edit{Add: r.segs, Remove: r.remove, SetLive: r.setLive, LiveID: r.liveID}
+			e := Edit{Add: r.segs, Remove: r.remove, SetLive: r.setLive, LiveID: r.liveID, SetFollowed: r.setFollowed, Followed: r.followed, Adopt: r.adopt}
 			again = appendEdit(nil, r.seq, &e, r.nextID, r.nextOrder)
 		case kindActivate:
 			again = appendActivate(nil, r.seq)
 		case kindReplica:
 			again = appendReplica(nil, int64(r.groupStart), r.payloads)
 		}
-		r2, err := decodeRecord(again)
+		r2, err := decodeRecord(again, Version)
 		require.NoError(t, err)
 		require.Equal(t, r, r2)
 	})

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
+	"slices"
 	"path/filepath"
 	"testing"
 
@@ -62,11 +63,19 @@ func (m *model) apply(e Edit) {
 	}
 	m.st.NextID = nextID
 	m.st.NextOrder = max(m.st.NextOrder, e.NextOrder)
+	if e.SetFollowed {
+		m.st.Followed = e.Followed
+	}
+	m.st.Adopted = append(m.st.Adopted, e.Adopt...)
+	if n := len(m.st.Adopted); n > AdoptedMemory {
+		m.st.Adopted = slices.Clone(m.st.Adopted[n-AdoptedMemory:])
+	}
 }
 
 func (m *model) clone() State {
 	s := m.st
 	s.Segments = maps.Clone(m.st.Segments)
+	s.Adopted = slices.Clone(m.st.Adopted)
 	return s
 }
 
@@ -84,6 +93,9 @@ func requireStateEqual(t testing.TB, want, got State, msgAndArgs ...any) {
 				m.MaxKey = nil
 			}
 			out.Segments[id] = m
+		}
+		if len(out.Adopted) == 0 {
+			out.Adopted = nil
 		}
 		return out
 	}
@@ -118,6 +130,14 @@ func (w *workload) edit() Edit {
 		w.next++
 		e.Add = []SegmentMeta{seg(w.next)}
 		w.live = append(w.live, w.next)
+		if w.step%4 == 1 {
+			// A follower's commit: a mirrored segment and the seq it reflects.
+			e.Add[0].Origin = w.next * 3
+			e.SetFollowed, e.Followed = true, uint64(w.step)*5
+		}
+		if w.step%6 == 2 {
+			e.Adopt = []uint64{e.Add[0].DataDigest}
+		}
 	}
 	e.NextID = w.next + 1
 	e.NextOrder = uint64(w.step) * 2

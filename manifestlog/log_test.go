@@ -294,7 +294,7 @@ func TestFlippedByteIsCorruption(t *testing.T) {
 
 func TestUnknownVersionRefused(t *testing.T) {
 	fsys := vfs.NewMem()
-	writeFile(t, fsys, 1, headerWithVersion(Version+1, 1), appendCheckpoint(nil, 0, 0, 0, 0, 0), appendActivate(nil, 0))
+	writeFile(t, fsys, 1, headerWithVersion(Version+1, 1), appendCheckpoint(nil, &snapshot{}, 0), appendActivate(nil, 0))
 	_, _, _, err := Open(fsys, testDir, Options{})
 	require.ErrorIs(t, err, ErrUnsupportedVersion)
 	require.False(t, errors.Is(err, corruption.ErrCorrupt))
@@ -303,7 +303,7 @@ func TestUnknownVersionRefused(t *testing.T) {
 
 func TestSequenceAndReplayCorruption(t *testing.T) {
 	hdr := appendHeader(nil, 1)
-	ck := appendCheckpoint(nil, 0, 0, 0, 0, 0)
+	ck := appendCheckpoint(nil, &snapshot{}, 0)
 	act := appendActivate(nil, 0)
 	e1 := editPayload(1, Edit{Add: []SegmentMeta{seg(1)}})
 	badKind := seg(2)
@@ -338,7 +338,7 @@ func TestSkipEditCoveredByCheckpoint(t *testing.T) {
 	s1.AddedSeq = 1
 	writeFile(t, fsys, 1,
 		appendHeader(nil, 1),
-		appendCheckpoint(nil, 1, 0, 2, 0, 1),
+		appendCheckpoint(nil, &snapshot{seq: 1, nextID: 2}, 1),
 		appendSegments(nil, []*SegmentMeta{&s1}),
 		editPayload(1, Edit{Add: []SegmentMeta{seg(1)}, NextID: 2}), // already in the checkpoint
 		appendActivate(nil, 1),
@@ -393,7 +393,7 @@ func TestIncompleteGenerations(t *testing.T) {
 		require.NoError(t, err)
 		want := l.State()
 		require.NoError(t, l.Close())
-		broken := writeFile(t, fsys, 5, appendHeader(nil, 5), appendCheckpoint(nil, 0, 0, 0, 0, 0))
+		broken := writeFile(t, fsys, 5, appendHeader(nil, 5), appendCheckpoint(nil, &snapshot{}, 0))
 		l2, st, rep := openLog(t, fsys, Options{})
 		requireStateEqual(t, want, st)
 		require.Equal(t, []string{broken}, rep.RemovedBroken)
@@ -433,8 +433,8 @@ func TestIncompleteGenerations(t *testing.T) {
 	})
 	t.Run("older generation removed", func(t *testing.T) {
 		fsys := vfs.NewMem()
-		old := writeFile(t, fsys, 1, appendHeader(nil, 1), appendCheckpoint(nil, 0, 0, 0, 0, 0), appendActivate(nil, 0))
-		writeFile(t, fsys, 2, appendHeader(nil, 2), appendCheckpoint(nil, 3, 0, 0, 0, 0), appendActivate(nil, 3))
+		old := writeFile(t, fsys, 1, appendHeader(nil, 1), appendCheckpoint(nil, &snapshot{}, 0), appendActivate(nil, 0))
+		writeFile(t, fsys, 2, appendHeader(nil, 2), appendCheckpoint(nil, &snapshot{seq: 3}, 0), appendActivate(nil, 3))
 		l, st, rep := openLog(t, fsys, Options{})
 		defer l.Close()
 		require.Equal(t, uint64(3), st.Seq)

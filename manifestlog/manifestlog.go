@@ -101,6 +101,10 @@ type SegmentMeta struct {
 	MinKey        []byte
 	MaxKey        []byte
 	AddedSeq      uint64 // set by Commit: the Seq of the edit that added it
+	// Origin is the id the segment has in the store it was mirrored from
+	// (a follower's copy of a leader's segment, see segstore.Follow); 0
+	// for a segment of the store's own.
+	Origin uint64
 }
 
 // Edit is one atomic change to the state. Every part is optional; an edit
@@ -112,6 +116,15 @@ type Edit struct {
 	LiveID    uint64 // the live (tail) data file, when SetLive
 	NextID    uint64 // if > current, raises the id counter (never lowers)
 	NextOrder uint64 // likewise for the order counter
+	// SetFollowed records Followed as the seq of the store this one
+	// mirrors (segstore.Follow), in the same commit as the segments.
+	SetFollowed bool
+	Followed    uint64
+	// Adopt lists the digests of data files the edit adopts from a peer
+	// (an import). The log remembers the newest AdoptedMemory of
+	// them, after the segments themselves are gone, so that a re-run of
+	// the same import can be recognised.
+	Adopt []uint64
 }
 
 // State is the set of live segments and the counters.
@@ -121,6 +134,8 @@ type State struct {
 	LiveID    uint64
 	NextID    uint64
 	NextOrder uint64
+	Followed  uint64   // the followed seq (Edit.Followed), 0 if never set
+	Adopted   []uint64 // remembered adopted digests, oldest first
 }
 
 // Options tune a Log. The zero value is usable.
@@ -151,6 +166,12 @@ type Options struct {
 	// state, which would disown every data file.
 	HasData bool
 }
+
+// AdoptedMemory is how many adopted digests (Edit.Adopt) the log remembers,
+// the newest kept. Each costs 8 bytes of every checkpoint (128 KiB at the
+// bound); replay applies the same bound, so the remembered list is a
+// function of the history alone.
+const AdoptedMemory = 16384
 
 // Report lists what Open found and repaired.
 type Report struct {
@@ -258,6 +279,8 @@ type Log struct {
 	liveID    uint64
 	nextID    uint64
 	nextOrder uint64
+	followed  uint64
+	adopted   []uint64  // oldest first, at most AdoptedMemory
 	adds      []added   // since the checkpoint, in seq order
 	rems      []removed // since the checkpoint, in seq order
 
@@ -307,6 +330,8 @@ func (l *Log) State() State {
 		LiveID:    l.liveID,
 		NextID:    l.nextID,
 		NextOrder: l.nextOrder,
+		Followed:  l.followed,
+		Adopted:   slices.Clone(l.adopted),
 	}
 	for id, m := range l.segs {
 		st.Segments[id] = m

@@ -57,6 +57,7 @@ func listGenerations(fsys vfs.FS, dir string) ([]genFile, error) {
 // loaded is the result of replaying one generation file.
 type loaded struct {
 	l         *Log // state, counters, change lists, ckptSeq, ckptEnd
+	version   uint32
 	activated bool
 	replayed  int
 	scan      wal.ScanResult
@@ -113,6 +114,7 @@ func loadGeneration(fsys vfs.FS, path string, gen uint64, observe func(wal.Frame
 		res = more
 	}
 	ld.scan = res
+	ld.version = r.version
 	ld.activated = r.phase == phaseActive
 	ld.replayed = r.replayed
 	ld.restores = r.restores
@@ -181,7 +183,7 @@ func (r *replayer) restoreFromGroupReplica(f vfs.File, y, limit int64) (int64, e
 		if err != nil || !ok {
 			return -1, err
 		}
-		if d, err := decodeRecord(next.Payload); err == nil && d.kind == kindReplica {
+		if d, err := decodeRecord(next.Payload, r.version); err == nil && d.kind == kindReplica {
 			fr, rec = next, d
 			break
 		}
@@ -259,6 +261,7 @@ type replayer struct {
 	path      string
 	gen       uint64
 	phase     int
+	version   uint32 // the file's format version, from its header
 	remaining uint64 // checkpoint segments still expected
 	applied   bool   // an edit after the checkpoint was applied
 	replayed  int
@@ -324,7 +327,7 @@ func (r *replayer) corrupt(off int64, format string, args ...any) error {
 }
 
 func (r *replayer) frame(fr wal.Frame) error {
-	rec, err := decodeRecord(fr.Payload)
+	rec, err := decodeRecord(fr.Payload, r.version)
 	if err != nil {
 		return r.corrupt(fr.Off, "record: %v", err)
 	}
@@ -347,9 +350,10 @@ func (r *replayer) record(fr wal.Frame, rec record) error {
 		if rec.kind != kindHeader {
 			return r.corrupt(off, "first record is kind %d, not a header", rec.kind)
 		}
-		if rec.version != Version {
-			return fmt.Errorf("%w: %s has format version %d; this build reads only version %d", ErrUnsupportedVersion, r.path, rec.version, Version)
+		if !knownVersion(rec.version) {
+			return fmt.Errorf("%w: %s has format version %d; this build reads versions %d to %d", ErrUnsupportedVersion, r.path, rec.version, minVersion, Version)
 		}
+		r.version = rec.version
 		if rec.gen != r.gen {
 			return r.corrupt(off, "header says generation %d, the file name %d", rec.gen, r.gen)
 		}
@@ -362,6 +366,11 @@ func (r *replayer) record(fr wal.Frame, rec record) error {
 		l.seq.Store(rec.seq)
 		l.ckptSeq = rec.seq
 		l.liveID, l.nextID, l.nextOrder = rec.liveID, rec.nextID, rec.nextOrder
+		l.followed = rec.followed
+		if len(rec.adopt) > AdoptedMemory {
+			return r.corrupt(off, "checkpoint remembers %d adopted digests, more than %d", len(rec.adopt), AdoptedMemory)
+		}
+		l.adopted = rec.adopt
 		r.remaining = rec.count
 		r.phase = phaseSegments
 		if rec.count == 0 {
@@ -437,7 +446,8 @@ func (r *replayer) edit(off int64, rec *record) error {
 	if rec.seq != cur+1 {
 		return r.corrupt(off, "edit seq %d follows seq %d (gap or repeat)", rec.seq, cur)
 	}
-	e := Edit{Add: rec.segs, Remove: rec.remove, SetLive: rec.setLive, LiveID: rec.liveID, NextID: rec.nextID, NextOrder: rec.nextOrder}
+	e := Edit{Add: rec.segs, Remove: rec.remove, SetLive: rec.setLive, LiveID: rec.liveID, NextID: rec.nextID, NextOrder: rec.nextOrder,
+		SetFollowed: rec.setFollowed, Followed: rec.followed, Adopt: rec.adopt}
 	if err := validateStatic(&e); err != nil {
 		return r.corrupt(off, "edit seq %d: %v", rec.seq, err)
 	}
@@ -565,6 +575,18 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 	seq := l.seq.Load()
 	l.tipSeq, l.tipNextID, l.tipNextOrder = seq, l.nextID, l.nextOrder
 	rep.Generation, rep.Path, rep.CheckpointSeq = l.gen, l.path, l.ckptSeq
+	if ld != nil && ld.version < Version {
+		// Records of this build's format must not be appended to a file
+		// whose header promises an older one: rewrite the state as a new
+		// generation first (a checkpoint: the old file stays until the new
+		// one is activated and durable).
+		if err := l.rotate(); err != nil {
+			l.f.Close()
+			return nil, State{}, rep, fmt.Errorf("manifestlog: upgrade %s from format version %d: %w", rep.Path, ld.version, err)
+		}
+		rep.Actions = append(rep.Actions, fmt.Sprintf("rewrote %s (format version %d) as %s (version %d)", rep.Path, ld.version, l.path, Version))
+		rep.Generation, rep.Path, rep.CheckpointSeq = l.gen, l.path, l.ckptSeq
+	}
 	for _, a := range rep.Actions {
 		l.log.Warn("manifestlog: repaired at open", "action", a)
 	}

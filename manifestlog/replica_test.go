@@ -19,7 +19,7 @@ import (
 func writeGroups(t *testing.T, fsys vfs.FS, gen uint64, groups ...[][]byte) (string, []int64) {
 	t.Helper()
 	buf := wal.AppendFrame(nil, appendHeader(nil, gen), 0)
-	buf = wal.AppendFrame(buf, appendCheckpoint(nil, 0, 0, 0, 0, 0), 0)
+	buf = wal.AppendFrame(buf, appendCheckpoint(nil, &snapshot{}, 0), 0)
 	var starts []int64
 	for _, g := range groups {
 		starts = append(starts, int64(len(buf)))
@@ -150,7 +150,7 @@ func TestReplicaMismatchIsCorruption(t *testing.T) {
 			first, last := threeGroups()
 			fsys := vfs.NewMem()
 			buf := wal.AppendFrame(nil, appendHeader(nil, 1), 0)
-			buf = wal.AppendFrame(buf, appendCheckpoint(nil, 0, 0, 0, 0, 0), 0)
+			buf = wal.AppendFrame(buf, appendCheckpoint(nil, &snapshot{}, 0), 0)
 			buf = appendGroups(buf, 0, first, uint64(len(buf)))
 			start := int64(len(buf))
 			wm := uint64(len(buf))

@@ -22,8 +22,16 @@ const writeBuffer = 1 << 20
 
 // snapshot is what a checkpoint records.
 type snapshot struct {
-	gen, seq, liveID, nextID, nextOrder uint64
-	segs                                map[uint64]SegmentMeta
+	gen, seq, liveID, nextID, nextOrder, followed uint64
+	adopted                                       []uint64
+	segs                                          map[uint64]SegmentMeta
+}
+
+// snapshotLocked captures the state's counters and lists for a checkpoint
+// of generation gen; segs is shared (the caller freezes it). mu held.
+func (l *Log) snapshotLocked(gen uint64) *snapshot {
+	return &snapshot{gen: gen, seq: l.seq.Load(), liveID: l.liveID, nextID: l.nextID, nextOrder: l.nextOrder,
+		followed: l.followed, adopted: slices.Clone(l.adopted), segs: l.segs}
 }
 
 // writeCheckpoint creates path and writes the header and checkpoint frames
@@ -50,7 +58,7 @@ func (l *Log) writeCheckpoint(path string, s *snapshot) (_ vfs.File, end, alloc 
 
 	buf := make([]byte, 0, min(writeBuffer+2*chunkPayload, 64+len(ids)*96))
 	buf = wal.AppendFrame(buf, appendHeader(nil, s.gen), 0)
-	buf = wal.AppendFrame(buf, appendCheckpoint(nil, s.seq, s.liveID, s.nextID, s.nextOrder, uint64(len(ids))), 0)
+	buf = wal.AppendFrame(buf, appendCheckpoint(nil, s, uint64(len(ids))), 0)
 	flush := func() error {
 		l.ensureAlloc(f, &alloc, end+int64(len(buf)))
 		if _, err := f.WriteAt(buf, end); err != nil {
@@ -106,7 +114,7 @@ func (l *Log) writeCheckpoint(path string, s *snapshot) (_ vfs.File, end, alloc 
 // log; l is not yet shared.
 func (l *Log) create(gen uint64) error {
 	path := filepath.Join(l.dir, genName(gen))
-	s := &snapshot{gen: gen, seq: l.seq.Load(), liveID: l.liveID, nextID: l.nextID, nextOrder: l.nextOrder, segs: l.segs}
+	s := l.snapshotLocked(gen)
 	f, end, alloc, err := l.writeCheckpoint(path, s)
 	if err != nil {
 		return err
@@ -210,7 +218,7 @@ func (l *Log) rotate() error {
 		return ErrClosed
 	}
 	l.maxGen++
-	s := &snapshot{gen: l.maxGen, seq: l.seq.Load(), liveID: l.liveID, nextID: l.nextID, nextOrder: l.nextOrder, segs: l.segs}
+	s := l.snapshotLocked(l.maxGen)
 	l.rotating = true
 	l.over = map[uint64]*SegmentMeta{}
 	l.backlog = nil
