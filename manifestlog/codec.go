@@ -99,16 +99,16 @@ type record struct {
 
 	// kindCheckpoint, kindEdit, kindActivate: seq. kindCheckpoint and
 	// kindEdit: the counters (results, not deltas).
-	seq       uint64
-	setLive   bool // kindEdit only; a checkpoint always carries liveID
-	liveID    uint64
+	seq     uint64
+	setLive bool // kindEdit only; a checkpoint always carries liveID
+	liveID  uint64
 	// setFollowed: kindEdit only; a checkpoint always carries followed.
 	setFollowed bool
 	followed    uint64
 	adopt       []uint64 // kindCheckpoint: the adopted digests; kindEdit: those the edit adds
-	nextID    uint64
-	nextOrder uint64
-	count     uint64 // kindCheckpoint: segments that follow in kindSegments records
+	nextID      uint64
+	nextOrder   uint64
+	count       uint64 // kindCheckpoint: segments that follow in kindSegments records
 
 	segs   []SegmentMeta // kindSegments, kindEdit (adds)
 	remove []uint64      // kindEdit

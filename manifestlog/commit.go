@@ -38,10 +38,10 @@ func (l *Log) CommitEdit(e Edit) (Committed, error) {
 		return Committed{}, err
 	}
 	own := Edit{
-		Add:       make([]SegmentMeta, len(e.Add)),
-		Remove:    append([]uint64(nil), e.Remove...),
-		SetLive:   e.SetLive,
-		LiveID:    e.LiveID,
+		Add:         make([]SegmentMeta, len(e.Add)),
+		Remove:      append([]uint64(nil), e.Remove...),
+		SetLive:     e.SetLive,
+		LiveID:      e.LiveID,
 		NextID:      e.NextID,
 		NextOrder:   e.NextOrder,
 		SetFollowed: e.SetFollowed,
@@ -281,7 +281,12 @@ func (l *Log) writeBatch(batch []*pending) error {
 func (l *Log) apply(e *Edit, seq uint64) {
 	for _, id := range e.Remove {
 		old, _ := l.lookup(id)
-		l.rems = append(l.rems, removed{seq: seq, id: id, addedSeq: old.AddedSeq})
+		first := old.AddedSeq
+		if f, ok := l.firstAdded[id]; ok {
+			first = f
+			delete(l.firstAdded, id)
+		}
+		l.rems = append(l.rems, removed{seq: seq, id: id, addedSeq: first})
 		if l.rotating {
 			l.over[id] = nil
 		} else {
@@ -290,6 +295,17 @@ func (l *Log) apply(e *Edit, seq uint64) {
 	}
 	for i := range e.Add {
 		m := e.Add[i]
+		if prev, ok := l.lookup(m.ID); ok {
+			// A restatement (new metadata for a present id): the id has
+			// existed since its first add, which Changes needs to tell a
+			// removal a peer saw from one it never saw.
+			if _, ok := l.firstAdded[m.ID]; !ok {
+				if l.firstAdded == nil {
+					l.firstAdded = map[uint64]uint64{}
+				}
+				l.firstAdded[m.ID] = prev.AddedSeq
+			}
+		}
 		m.AddedSeq = seq
 		l.adds = append(l.adds, added{seq: seq, id: m.ID})
 		if l.rotating {

@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"maps"
-	"slices"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"

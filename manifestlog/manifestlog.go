@@ -280,9 +280,12 @@ type Log struct {
 	nextID    uint64
 	nextOrder uint64
 	followed  uint64
-	adopted   []uint64  // oldest first, at most AdoptedMemory
-	adds      []added   // since the checkpoint, in seq order
-	rems      []removed // since the checkpoint, in seq order
+	adopted   []uint64 // oldest first, at most AdoptedMemory
+	// firstAdded: for a present id restated since it was first added,
+	// the seq of that first add (AddedSeq is the restatement's).
+	firstAdded map[uint64]uint64
+	adds       []added   // since the checkpoint, in seq order
+	rems       []removed // since the checkpoint, in seq order
 
 	// Queued (not yet durable) edits.
 	tipSeq, tipNextID, tipNextOrder uint64
@@ -364,17 +367,25 @@ func (l *Log) lookup(id uint64) (SegmentMeta, bool) {
 // current checkpoint (or since is ahead of this log): the caller then needs
 // a full listing. It is O(1) when since == Seq() and O(changes) otherwise.
 func (l *Log) Changes(since uint64) (add []SegmentMeta, remove []uint64, complete bool) {
-	if since == l.seq.Load() {
-		return nil, nil, true
+	_, add, remove, complete = l.ChangesAt(since)
+	return add, remove, complete
+}
+
+// ChangesAt is Changes, and also returns the seq the answer describes: the
+// added metadata, the removals and that seq are read together, so they
+// describe one state even while commits go on.
+func (l *Log) ChangesAt(since uint64) (seq uint64, add []SegmentMeta, remove []uint64, complete bool) {
+	if cur := l.seq.Load(); since == cur {
+		return cur, nil, nil, true
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	cur := l.seq.Load()
 	if since == cur {
-		return nil, nil, true
+		return cur, nil, nil, true
 	}
 	if since > cur || since < l.ckptSeq {
-		return nil, nil, false
+		return cur, nil, nil, false
 	}
 	i, _ := slices.BinarySearchFunc(l.adds, since+1, func(a added, s uint64) int { return cmpU64(a.seq, s) })
 	for _, a := range l.adds[i:] {
@@ -396,7 +407,28 @@ func (l *Log) Changes(since uint64) (add []SegmentMeta, remove []uint64, complet
 			remove = append(remove, r.id)
 		}
 	}
-	return add, remove, true
+	return cur, add, remove, true
+}
+
+// Followed returns the followed seq the durable state records (0 if none).
+func (l *Log) Followed() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.followed
+}
+
+// Adopted reports, for each of digests, whether the durable state
+// remembers it as adopted (Edit.Adopt). It is O(AdoptedMemory).
+func (l *Log) Adopted(digests map[uint64]bool) map[uint64]bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := map[uint64]bool{}
+	for _, d := range l.adopted {
+		if digests[d] {
+			out[d] = true
+		}
+	}
+	return out
 }
 
 func cmpU64(a, b uint64) int {

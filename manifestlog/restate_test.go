@@ -60,3 +60,43 @@ func TestRestateGivesNewOrder(t *testing.T) {
 	requireStateEqual(t, want, st3, "after a checkpoint")
 	require.NoError(t, l.Close())
 }
+
+// TestRemovalOfRestatedSegmentIsAChange: a segment present at seq S,
+// restated after S and then removed, was seen by a peer that stands at S:
+// Changes(S) must list its removal (the restatement's AddedSeq is after S,
+// but the id existed at S). Before the fix it was left out, and a follower
+// kept a segment its leader had dropped. Also after a reopen, which replays
+// the restatement onto the checkpoint's metadata.
+func TestRemovalOfRestatedSegmentIsAChange(t *testing.T) {
+	mem := vfs.NewMem()
+	l, _, _ := openLog(t, mem, Options{MinCheckpointBytes: 1 << 40})
+	a, b := seg(1), seg(2)
+	_, err := l.Commit(Edit{Add: []SegmentMeta{a, b}})
+	require.NoError(t, err)
+	require.NoError(t, l.Checkpoint())
+	since := l.Seq()
+	a.Order = 77
+	_, err = l.Commit(Edit{Add: []SegmentMeta{a}}) // restated
+	require.NoError(t, err)
+	check := func(l *Log, what string) {
+		_, removed, complete := l.Changes(since)
+		require.True(t, complete, what)
+		require.Equal(t, []uint64{1}, removed, what)
+	}
+	// A segment added after since, restated and removed, was never seen.
+	c := seg(3)
+	_, err = l.Commit(Edit{Add: []SegmentMeta{c}})
+	require.NoError(t, err)
+	c.Order = 99
+	_, err = l.Commit(Edit{Add: []SegmentMeta{c}})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+	l, _, _ = openLog(t, mem, Options{MinCheckpointBytes: 1 << 40})
+	_, err = l.Commit(Edit{Remove: []uint64{1, 3}})
+	require.NoError(t, err)
+	check(l, "live")
+	require.NoError(t, l.Close())
+	l, _, _ = openLog(t, mem, Options{MinCheckpointBytes: 1 << 40})
+	defer l.Close()
+	check(l, "after a reopen")
+}

@@ -226,6 +226,6 @@ func (s *Store) autoSeal() error {
 	if t.w.Offset() < s.opts.SegmentSize {
 		return nil
 	}
-	_, err := s.sealLocked(nil)
+	_, err := s.sealLocked(nil, nil)
 	return err
 }

@@ -173,7 +173,7 @@ func (s *Store) closeLive() error {
 	s.mu.RUnlock()
 	if live >= closeSealBytes {
 		s.sealMu.Lock()
-		_, err := s.sealLocked(nil)
+		_, err := s.sealLocked(nil, nil)
 		s.sealMu.Unlock()
 		if err != nil {
 			s.log.Warn("segkv: seal on close failed; the next open replays the live file", slog.Any("err", err))

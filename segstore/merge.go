@@ -115,6 +115,41 @@ func pickRun(oldestFirst []*sealed, o MergeOptions, full bool) []*sealed {
 	return oldestFirst[bestStart : bestStart+bestLen]
 }
 
+// pickOwnRun picks the next run among the store's own segments: a
+// follower's mirrored segments (Origin set) are the leader's to merge, and
+// a Follow must find them as the leader described them. A run never spans
+// a mirrored segment, so it stays adjacent in order.
+func pickOwnRun(oldestFirst []*sealed, o MergeOptions, full bool) []*sealed {
+	var chunks [][]*sealed
+	start := -1
+	for i, sg := range oldestFirst {
+		if sg.meta.Origin != 0 {
+			if start >= 0 {
+				chunks = append(chunks, oldestFirst[start:i])
+			}
+			start = -1
+			continue
+		}
+		if start < 0 {
+			start = i
+		}
+	}
+	if start >= 0 {
+		chunks = append(chunks, oldestFirst[start:])
+	}
+	for _, c := range chunks {
+		if run := pickRun(c, o, full); len(run) > 0 {
+			return run
+		}
+	}
+	for _, c := range chunks {
+		if run := pickUnordered(c, o); len(run) > 0 {
+			return run
+		}
+	}
+	return nil
+}
+
 // pickUnordered chooses a sealed segment to rewrite in key order: the
 // oldest whose records are not in key order (see MergeOptions.KeepWriteOrder),
 // within MaxStepBytes unless it is the only work left.
@@ -196,10 +231,7 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	oldestFirst := slices.Clone(s.mu.segs)
 	s.mu.RUnlock()
 	slices.Reverse(oldestFirst)
-	run := pickRun(oldestFirst, s.mergeOpts, full)
-	if len(run) == 0 {
-		run = pickUnordered(oldestFirst, s.mergeOpts)
-	}
+	run := pickOwnRun(oldestFirst, s.mergeOpts, full)
 	for _, sg := range run {
 		s.merging[sg.meta.ID] = true
 	}

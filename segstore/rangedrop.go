@@ -3,6 +3,7 @@ package segstore
 import (
 	"bytes"
 	"log/slog"
+	"math"
 
 	"github.com/segkv/segkv/rangedel"
 	"github.com/segkv/segkv/segment"
@@ -13,20 +14,25 @@ import (
 // tombstone is in a sealed segment; but a log that truncates its head (a
 // raft log store) wants the space back when the DeleteRange returns, not a
 // segment later. So an Apply whose batch holds range tombstones, under
-// SyncAlways, drops the sealed segments they cover right away, with one
-// manifest commit of removals.
+// SyncAlways, seals the live file at once when they cover a sealed segment
+// whole: the seal's one manifest commit names the segment that now holds
+// the tombstone and drops the segments it covers, together.
 //
-// Why that is safe: the tombstone is durable (SyncAlways) before the
-// commit, and it stays in the live file, then in the segment sealed from
-// it, so every state a crash can leave holds it: before the commit, the
-// covered segments are still there but hidden by it; after, they are gone.
-// Only segments older than the tombstone may go, and age is judged by
-// Order: orderBoundary, read before the batch was written, is the highest
-// Order then installed. A segment with a higher Order was committed after
-// the batch was written: the live file it went into, sealed (alone or
-// merged), an import, or the re-added set of a ReplaceAll (which may have
-// discarded the tombstone with the live file). Such a segment may hold
-// writes newer than the tombstone, and is never dropped here.
+// Why together: every manifest commit must name a set of segments that,
+// read alone, is a state the store held, because followers, backups and
+// snapshots read exactly that set. A commit that dropped the covered
+// segments while the tombstone was still only in the live file would name
+// a state without the covered keys and without the tombstone, in which an
+// older segment's value of a covered key (hidden by the dropped segment
+// until then) would come back. The seal commits the tombstone (and every
+// write before it) with the drop.
+//
+// Only segments older than the sealed file are dropped (coveredByRanges
+// judges age by Order): a segment committed after the batch was written but
+// before the seal (an import, sealed beneath the live file; the re-added
+// set of a ReplaceAll, which discarded the live file and the tombstone with
+// it) is either shadowed by the tombstone in the sealed file, or not
+// covered by any tombstone of the file sealed.
 
 // rangeSpans returns copies of the batch's range tombstones, nil if it has
 // none.
@@ -43,46 +49,36 @@ func (b *Batch) rangeSpans() []rangedel.Span {
 	return out
 }
 
-// orderBoundary returns the highest Order among the installed segments, and
-// false when there are none (nothing to drop).
-func (s *Store) orderBoundary() (uint64, bool) {
+// anyCovered reports whether the union of spans covers an installed
+// segment whole (one a seal with these tombstones would drop). It is the
+// cheap test that decides whether a range delete seals at once.
+func (s *Store) anyCovered(spans []rangedel.Span) bool {
+	set := rangedel.Union(spans...)
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	var max uint64
-	for _, sg := range s.mu.segs {
-		if sg.meta.Order > max {
-			max = sg.meta.Order
-		}
-	}
-	return max, len(s.mu.segs) > 0
+	return len(s.appendCoveredLocked(nil, set, math.MaxUint64, nil)) > 0
 }
 
-// dropCovered removes, in one manifest commit, the installed segments with
-// an Order at most boundary that spans covers whole. The batch holding
-// spans is durable. A failed commit fails the store (as every failed
-// manifest commit does); the batch itself stays acknowledged.
-func (s *Store) dropCovered(spans []rangedel.Span, boundary uint64) {
-	// Admitted like any operation, so that Close waits for the commit
+// sealForRangeDrop seals the live file, which holds the durable range
+// tombstones spans, when they cover a sealed segment whole: the seal's
+// commit drops the covered segments (commitLocked). A failed seal fails
+// the store (as every failed seal does); the batch itself stays
+// acknowledged.
+func (s *Store) sealForRangeDrop(spans []rangedel.Span) {
+	// Admitted like any operation, so that Close waits for the seal
 	// instead of closing the manifest under it.
 	if err := s.enter(true); err != nil {
 		return
 	}
 	defer s.ops.leave()
-	set := rangedel.Union(spans...)
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	// merging (the inputs of a merge step, or the segments a ReplaceAll
-	// keeps) is left out: their commit decides their fate.
-	s.mu.RLock()
-	covered := s.appendCoveredLocked(nil, set, boundary, nil)
-	s.mu.RUnlock()
-	if len(covered) == 0 {
+	if !s.anyCovered(spans) {
 		return
 	}
-	if err := s.commitSegmentsLocked(nil, covered, 0, nil); err != nil {
-		s.log.Error("segkv: dropping segments under a range tombstone failed", slog.Any("segments", covered), slog.Any("err", err))
-		return
+	s.sealMu.Lock()
+	defer s.sealMu.Unlock()
+	if _, err := s.sealLocked(nil, nil); err != nil {
+		s.log.Error("segkv: sealing a range tombstone to drop the segments it covers failed", slog.Any("err", err))
 	}
-	s.stats.rangeDrops.Add(int64(len(covered)))
-	s.log.Debug("segkv: dropped segments under a range tombstone", slog.Any("segments", covered))
 }

@@ -99,16 +99,18 @@ func (s *Store) Seal() error {
 	defer s.ops.leave()
 	s.sealMu.Lock()
 	defer s.sealMu.Unlock()
-	_, err := s.sealLocked(nil)
+	_, err := s.sealLocked(nil, nil)
 	return err
 }
 
 // sealLocked seals the live file; sealMu held. It returns the new segment,
-// or nil when the live file was empty (nothing to seal). atSwitch, if not
-// nil, runs at the switch, under the exclusive writeMu and mu, with the file
-// being sealed: no write can land between the switch and what it records
-// (NewSealedSnapshot pins the segments there).
-func (s *Store) sealLocked(atSwitch func(frozen *tail)) (*sealed, error) {
+// or nil when the live file was empty (nothing to seal: then nothing is
+// committed, below included). atSwitch, if not nil, runs at the switch,
+// under the exclusive writeMu and mu, with the file being sealed: no write
+// can land between the switch and what it records (NewSealedSnapshot pins
+// the segments there). below, if not nil, is committed in the same manifest
+// commit as the sealed file, ordered beneath it (an import: see Import).
+func (s *Store) sealLocked(atSwitch func(frozen *tail), below *commitSpec) (*sealed, error) {
 	if err := s.failed(); err != nil {
 		return nil, err
 	}
@@ -132,7 +134,7 @@ func (s *Store) sealLocked(atSwitch func(frozen *tail)) (*sealed, error) {
 	old.mu.RUnlock()
 	start := time.Now()
 	s.sealBegin(info)
-	seg, err := s.switchAndSeal(old, atSwitch)
+	seg, err := s.switchAndSeal(old, atSwitch, below)
 	info.Duration, info.Err = time.Since(start), err
 	if seg != nil {
 		info.Bytes, info.Records = seg.meta.DataLength, seg.meta.Records
@@ -142,7 +144,7 @@ func (s *Store) sealLocked(atSwitch func(frozen *tail)) (*sealed, error) {
 }
 
 // switchAndSeal is sealLocked's work on the non-empty live file old.
-func (s *Store) switchAndSeal(old *tail, atSwitch func(frozen *tail)) (*sealed, error) {
+func (s *Store) switchAndSeal(old *tail, atSwitch func(frozen *tail), below *commitSpec) (*sealed, error) {
 	sp, err := s.takeSpare()
 	if err != nil {
 		return nil, err
@@ -182,7 +184,7 @@ func (s *Store) switchAndSeal(old *tail, atSwitch func(frozen *tail)) (*sealed, 
 	s.mu.Unlock()
 	s.writeMu.Unlock()
 
-	return s.finishSeal(old, next.id)
+	return s.finishSeal(old, next.id, below)
 }
 
 // empty reports whether no record was published into the live file t. A
@@ -208,9 +210,9 @@ const sealReadAttempts = 3
 // frozen and readable until Close; the next Open finishes the seal from the
 // files (the live chain). It never returns an error with the store still
 // accepting writes, which would let a later seal commit over t. It returns
-// the new segment.
-func (s *Store) finishSeal(t *tail, liveID uint64) (*sealed, error) {
-	seg, err := s.completeSeal(t, liveID)
+// the new segment. below (may be nil) is committed with it, beneath it.
+func (s *Store) finishSeal(t *tail, liveID uint64, below *commitSpec) (*sealed, error) {
+	seg, err := s.completeSeal(t, liveID, below)
 	if err != nil {
 		s.fail(err)
 		if errors.Is(err, ErrFailed) {
@@ -221,7 +223,7 @@ func (s *Store) finishSeal(t *tail, liveID uint64) (*sealed, error) {
 	return seg, nil
 }
 
-func (s *Store) completeSeal(t *tail, liveID uint64) (*sealed, error) {
+func (s *Store) completeSeal(t *tail, liveID uint64, below *commitSpec) (*sealed, error) {
 	end := t.w.Offset()
 	// Barrier 1, only when the write path left bytes unsynced.
 	if t.w.SyncedOffset() < end {
@@ -251,11 +253,18 @@ func (s *Store) completeSeal(t *tail, liveID uint64) (*sealed, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := s.commitSegments([]*sealed{seg}, nil, liveID, func() {
+	c := commitSpec{add: []*sealed{seg}, liveID: liveID, install: func() {
 		if s.mu.frozen == t {
 			s.mu.frozen = nil
 		}
-	}); err != nil {
+	}}
+	if below != nil {
+		// The log assigns orders in the order of add: below's segments
+		// beneath the sealed file, which shadows them as it did while live.
+		c.add = append(slices.Clone(below.add), seg)
+		c.adopt = below.adopt
+	}
+	if err := s.commit(c); err != nil {
 		return nil, err
 	}
 	// The append handle is done; reads always went through the file cache.
@@ -278,30 +287,70 @@ func (s *Store) completeSeal(t *tail, liveID uint64) (*sealed, error) {
 // under mu, atomically with the new segment list. A failed commit fails the
 // store: the log refuses every later commit anyway.
 func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, install func()) error {
-	s.commitMu.Lock()
-	defer s.commitMu.Unlock()
-	return s.commitSegmentsLocked(add, remove, liveID, install)
+	return s.commit(commitSpec{add: add, remove: remove, liveID: liveID, install: install})
 }
 
 // commitSegmentsLocked is commitSegments with commitMu held.
 func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint64, install func()) error {
-	covered := s.coveredByRanges(add, remove)
-	remove = append(slices.Clone(remove), covered...)
-	metas := make([]manifestlog.SegmentMeta, len(add))
-	for i, sg := range add {
-		metas[i] = sg.meta
+	return s.commitLocked(commitSpec{add: add, remove: remove, liveID: liveID, install: install})
+}
+
+// commitSpec is one manifest commit of segments and what goes with it.
+type commitSpec struct {
+	add     []*sealed // named by the commit; an Order of 0 is assigned by the log, in this order
+	restate []*sealed // present segments named again with new metadata (a follower's reorder)
+	remove  []uint64
+	liveID  uint64   // if not 0, the commit names this live file
+	adopt   []uint64 // digests the commit adopts from a peer (Import)
+	// mirror: the commit makes the store mirror a leader (Follow): it sets
+	// the followed seq and drops nothing under range tombstones (the
+	// leader's own commits say what goes).
+	mirror    bool
+	followed  uint64
+	nextOrder uint64
+	install   func() // runs under mu, atomically with the new segment list
+}
+
+func (s *Store) commit(c commitSpec) error {
+	s.commitMu.Lock()
+	defer s.commitMu.Unlock()
+	return s.commitLocked(c)
+}
+
+// commitLocked makes c durable in one manifest commit and installs it.
+// commitMu held.
+func (s *Store) commitLocked(c commitSpec) error {
+	add, remove, liveID, install := c.add, c.remove, c.liveID, c.install
+	var covered []uint64
+	if !c.mirror {
+		covered = s.coveredByRanges(add, remove)
 	}
-	edit := manifestlog.Edit{Add: metas, Remove: remove}
+	remove = append(slices.Clone(remove), covered...)
+	metas := make([]manifestlog.SegmentMeta, 0, len(add)+len(c.restate))
+	for _, sg := range add {
+		metas = append(metas, sg.meta)
+	}
+	for _, sg := range c.restate {
+		metas = append(metas, sg.meta)
+	}
+	edit := manifestlog.Edit{Add: metas, Remove: remove, Adopt: c.adopt, NextOrder: c.nextOrder}
 	if liveID != 0 {
 		edit.SetLive, edit.LiveID = true, liveID
 	}
-	c, err := s.commitManifest(edit)
+	if c.mirror {
+		edit.SetFollowed, edit.Followed = true, c.followed
+	}
+	cm, err := s.commitManifest(edit)
 	if err != nil {
 		s.fail(err)
 		return fmt.Errorf("%w: manifest commit: %w", ErrFailed, err)
 	}
 	for i, sg := range add {
-		sg.meta = c.Add[i]
+		sg.meta = cm.Add[i]
+	}
+	restated := make(map[uint64]*sealed, len(c.restate))
+	for i, sg := range c.restate {
+		restated[sg.meta.ID] = sg.restated(cm.Add[len(add)+i])
 	}
 	s.mu.Lock()
 	segs := make([]*sealed, 0, len(s.mu.segs)+len(add))
@@ -309,6 +358,8 @@ func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint
 	for _, sg := range s.mu.segs {
 		if containsID(remove, sg.meta.ID) {
 			retired = append(retired, sg)
+		} else if r := restated[sg.meta.ID]; r != nil {
+			segs = append(segs, r)
 		} else {
 			segs = append(segs, sg)
 		}
@@ -316,7 +367,7 @@ func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint
 	segs = append(segs, add...)
 	sortSegments(segs)
 	s.mu.segs = segs
-	s.mu.segsSeq = c.Seq
+	s.mu.segsSeq = cm.Seq
 	for _, sg := range add {
 		sg.df.setSealed(sg.meta.DataLength)
 	}

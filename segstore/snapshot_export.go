@@ -55,7 +55,7 @@ func (s *Store) NewSealedSnapshot() (*Snapshot, error) {
 			// At the switch: writers are held off and every write before
 			// it is in frozen, which becomes seg.
 			sn = s.pinSealed(frozen)
-		})
+		}, nil)
 		if err != nil {
 			if sn != nil {
 				sn.Close()

@@ -413,7 +413,7 @@ func (s *Store) recover() error {
 	// live file and the seal's manifest commit: finish those seals now, with
 	// the digests Plan read before anything changed.
 	for i, t := range chain[:last] {
-		if _, err := s.finishSeal(t, chain[i+1].id); err != nil {
+		if _, err := s.finishSeal(t, chain[i+1].id, nil); err != nil {
 			closeChain(i) // the live file (last) is closed with the store
 			return err
 		}
@@ -650,16 +650,10 @@ func (s *Store) Apply(b *Batch) error {
 	}
 	req := &wal.Request{Payload: b.buf, Sync: s.opts.Sync == SyncAlways, Data: b}
 	// Range tombstones under SyncAlways drop the sealed segments they
-	// cover as soon as they are durable (see rangedrop.go); the boundary
-	// is read before the batch is written.
+	// cover as soon as they are durable, by a seal (see rangedrop.go).
 	var dropSpans []rangedel.Span
-	var boundary uint64
 	if req.Sync {
-		if spans := b.rangeSpans(); spans != nil {
-			if bd, any := s.orderBoundary(); any {
-				dropSpans, boundary = spans, bd
-			}
-		}
+		dropSpans = b.rangeSpans()
 	}
 	if !s.writeMu.TryRLock() {
 		// A seal is switching live files: count the wait so that stalls show
@@ -698,7 +692,7 @@ func (s *Store) Apply(b *Batch) error {
 		s.bg.requestSeal()
 	}
 	if dropSpans != nil {
-		s.dropCovered(dropSpans, boundary)
+		s.sealForRangeDrop(dropSpans)
 	}
 	return nil
 }

@@ -31,12 +31,16 @@ type SegmentInfo struct {
 	AddedSeq uint64 // the ManifestSeq of the commit that added it
 	MinKey   []byte
 	MaxKey   []byte
+	// Origin is the segment's ID in the leader it was mirrored from
+	// (Follow), 0 for a segment of the store's own.
+	Origin uint64
 }
 
 func infoOf(m manifestlog.SegmentMeta) SegmentInfo {
 	return SegmentInfo{
 		ID: m.ID, Size: m.DataLength, Records: m.Records, Keys: m.Keys, Digest: m.DataDigest,
 		Order: m.Order, AddedSeq: m.AddedSeq, MinKey: bytes.Clone(m.MinKey), MaxKey: bytes.Clone(m.MaxKey),
+		Origin: m.Origin,
 	}
 }
 
@@ -158,14 +162,18 @@ func (e *ImportError) Unwrap() error { return e.Err }
 // the whole batch, and one manifest commit adds them all. Any invalid stream
 // or a cancelled ctx fails the whole batch, with an *ImportError naming the
 // stream and offset; nothing of the batch becomes visible and its files are
-// removed. A stream whose digest is already present in the store (or earlier
-// in the same batch) is skipped, so re-running a sync is harmless - as long
-// as the segment it made is still there: once a merge has folded it into
-// another segment its digest is gone, and a re-import adopts the stream
-// again as the newest segment, where it shadows writes sealed since. A peer
-// should track what it sent (ManifestSeq, ChangesSince) rather than rely on
-// this check across merges. Imported
-// segments are newer than every sealed segment, older than the live file.
+// removed.
+//
+// Imported segments are newer than every sealed segment and older than the
+// live file's writes: those are sealed in the same commit, above the
+// imported segments, so that the commit names a state the store actually
+// showed (an unsealed write shadowed the imported data before the import
+// and still does after it, in the sealed set alone too).
+//
+// Re-running an import changes nothing: a stream whose digest is present in
+// the store, earlier in the same batch, or among the digests the store
+// remembers adopting (the newest manifestlog.AdoptedMemory, kept in the
+// manifest after a merge or a range drop retired the segment) is skipped.
 // The returned infos describe the segments added, in stream order.
 func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []SegmentInfo, err error) {
 	if ctx == nil {
@@ -231,8 +239,12 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 	// imports of the same stream at once adopt it once.
 	s.importMu.Lock()
 	defer s.importMu.Unlock()
+	wanted := make(map[uint64]bool, len(written))
+	for _, sg := range written {
+		wanted[sg.meta.DataDigest] = true
+	}
+	have := s.mlog.Adopted(wanted)
 	s.mu.RLock()
-	have := make(map[uint64]bool, len(s.mu.segs))
 	for _, sg := range s.mu.segs {
 		have[sg.meta.DataDigest] = true
 	}
@@ -255,17 +267,13 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 		cleanup()
 		return nil, fmt.Errorf("segkv: import: sync directory: %w", err)
 	}
-	// Imported segments are older than the live file, so a write in the live
-	// file shadows them. A write acknowledged before this import but not yet
-	// durable (SyncManual, SyncInterval) must become durable before the
-	// import does: otherwise a crash could keep the import and lose the write,
-	// and a key it shadowed would come back with the imported value, a state
-	// history never had. Under SyncAlways this costs nothing.
-	if err := s.syncLive(); err != nil {
-		cleanup()
-		return nil, err
-	}
-	if err := s.commitSegments(written, nil, 0, nil); err != nil {
+	if err := s.commitImport(written); err != nil {
+		if !errors.Is(err, ErrFailed) {
+			cleanup()
+			return nil, err
+		}
+		// The store failed at or after the commit: the files stay for
+		// the next Open, which keeps them if the commit is durable.
 		for _, sg := range written {
 			sg.df.unmap() // never installed: release the index mappings
 		}
@@ -278,6 +286,28 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 		out[i] = infoOf(sg.meta)
 	}
 	return out, nil
+}
+
+// commitImport names the imported segments in one manifest commit, with
+// the live file's writes sealed above them in the same commit when there
+// are any. A seal writes its data barrier first when the write path left
+// bytes unsynced (SyncManual, SyncInterval), so no crash can keep the
+// import and lose a write acknowledged before it that shadowed an imported
+// key. An error that does not match ErrFailed changed nothing. importMu
+// held.
+func (s *Store) commitImport(written []*sealed) error {
+	spec := &commitSpec{add: written, adopt: make([]uint64, len(written))}
+	for i, sg := range written {
+		spec.adopt[i] = sg.meta.DataDigest
+	}
+	s.sealMu.Lock()
+	defer s.sealMu.Unlock()
+	seg, err := s.sealLocked(nil, spec)
+	if err != nil || seg != nil {
+		return err
+	}
+	// The live file was empty: the import alone.
+	return s.commit(*spec)
 }
 
 // importOne copies one stream into a new ".seg" file, validating every frame
@@ -370,38 +400,46 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 
 // Changes is what a peer needs to catch up from a ManifestSeq it saw.
 type Changes struct {
-	Seq     uint64        // the store's ManifestSeq now
-	Added   []SegmentInfo // sealed segments added after the given seq, still present, oldest first
-	Removed []uint64      // segment ids removed after the given seq
+	Seq     uint64        // the store's ManifestSeq the answer describes
+	Since   uint64        // the seq it was asked for (ChangesSince's argument)
+	Added   []SegmentInfo // sealed segments added after Since, present at Seq, oldest first (by Order)
+	Removed []uint64      // segment ids present at Since and removed by Seq
 	// Complete is false when the history since the given seq has been
-	// checkpointed away: Added then lists every segment and Removed is
-	// empty, and the peer must treat it as a full listing.
+	// checkpointed away: Added then lists every segment present at Seq and
+	// Removed is empty, and the peer must treat it as a full listing.
 	Complete bool
 }
 
-// ChangesSince reports what changed after ManifestSeq seq. When seq equals
-// the current ManifestSeq the answer is "nothing" at O(1) cost.
+// ChangesSince reports what changed after ManifestSeq seq: every part of
+// the answer describes the state at its Seq, read in one step, so commits
+// racing with the call never mix into it. When seq equals the current
+// ManifestSeq the answer is "nothing" at O(1) cost; otherwise it is
+// O(changes) while the manifest holds the history since seq, and a full
+// listing (Complete false) when a checkpoint dropped it.
 func (s *Store) ChangesSince(seq uint64) Changes {
-	cur := s.mlog.Seq()
+	cur, added, removed, complete := s.mlog.ChangesAt(seq)
 	if seq == cur {
-		return Changes{Seq: cur, Complete: true}
+		return Changes{Seq: cur, Since: seq, Complete: true}
 	}
-	added, removed, complete := s.mlog.Changes(seq)
-	if !complete || seq > cur {
-		return Changes{Seq: cur, Added: s.Segments(), Complete: false}
-	}
-	out := Changes{Seq: cur, Removed: removed, Complete: true}
-	s.mu.RLock()
-	present := make(map[uint64]manifestlog.SegmentMeta, len(s.mu.segs))
-	for _, sg := range s.mu.segs {
-		present[sg.meta.ID] = sg.meta
-	}
-	s.mu.RUnlock()
-	for _, m := range added {
-		if cur, ok := present[m.ID]; ok {
-			out.Added = append(out.Added, infoOf(cur))
+	if !complete {
+		st := s.mlog.State()
+		out := Changes{Seq: st.Seq, Since: seq, Added: make([]SegmentInfo, 0, len(st.Segments))}
+		for _, m := range st.Segments {
+			out.Added = append(out.Added, infoOf(m))
 		}
+		sortInfos(out.Added)
+		return out
 	}
-	slices.SortFunc(out.Added, func(a, b SegmentInfo) int { return cmp.Compare(a.Order, b.Order) })
+	out := Changes{Seq: cur, Since: seq, Removed: removed, Complete: true, Added: make([]SegmentInfo, 0, len(added))}
+	for _, m := range added {
+		out.Added = append(out.Added, infoOf(m))
+	}
+	sortInfos(out.Added)
 	return out
+}
+
+// sortInfos puts segment infos oldest first (by Order, which is unique
+// among the segments of one state).
+func sortInfos(infos []SegmentInfo) {
+	slices.SortFunc(infos, func(a, b SegmentInfo) int { return cmp.Compare(a.Order, b.Order) })
 }
