@@ -2,7 +2,7 @@
 // of a segkv store exist: the trusted commit point of every seal, merge and
 // import.
 //
-// # Format, version 2
+// # Format, version 3
 //
 // The log lives in generation files named MANIFEST-<16 lowercase hex digits>
 // (the generation number) in the store directory. Every file is a sequence of
@@ -19,23 +19,30 @@
 // are uvarint (encoding/binary) unless marked LE (fixed-width little endian);
 // "bytes" is a uvarint length followed by that many bytes. A generation is:
 //
-//	header      kind=1 | magic "segkvMNF" (8 bytes) | version u32 LE (=2)
+//	header      kind=1 | magic "segkvMNF" (8 bytes) | version u32 LE (=3)
 //	            | generation u64 LE (must equal the file name's number)
 //	checkpoint  kind=2 | seq | liveID | nextID | nextOrder | segment count N
+//	            | followed | nAdopted | nAdopted x digest u64 LE
 //	segments*   kind=3 | n (>0) | n x segment       (the N segments, in chunks)
 //	edit*       kind=4 | ...                        (copy-forward backlog, see below)
 //	activate    kind=5 | seq (the state's seq at this point)
 //	replica     kind=6 | ...                        (of the backlog and activate)
 //	then, per group commit:
-//	edit+       kind=4 | seq | flags u8 (bit 0: sets the live id; other bits 0)
-//	            | [liveID if bit 0] | nextID | nextOrder | nAdd | nAdd x segment
-//	            | nRemove | nRemove x id
+//	edit+       kind=4 | seq | flags u8 (bit 0: sets the live id; bit 1:
+//	            sets the followed seq; bit 2: adopts digests; other bits 0)
+//	            | [liveID if bit 0] | [followed if bit 1] | nextID | nextOrder
+//	            | nAdd | nAdd x segment | nRemove | nRemove x id
+//	            | [nAdopt (>0) | nAdopt x digest u64 LE if bit 2]
 //	replica     kind=6 | groupStart (offset of the group's first frame) | n
 //	            | n x bytes (the payloads of the group's n frames)
 //
 //	segment     id | fileKind u8 | order | dataLength | dataDigest u64 LE
 //	            | indexChecksum u64 LE | records | keys | minKey bytes
-//	            | maxKey bytes | addedSeq
+//	            | maxKey bytes | addedSeq | origin
+//
+// Version 2 lacks origin, followed, the adopted digests and edit flag bits
+// 1 and 2; this package reads it (as origin 0, followed 0, nothing adopted)
+// and rewrites it as version 3 before appending.
 //
 // Records state results: an edit's added segment is "this id is live with
 // this metadata" (addedSeq equals the edit's seq), a removal is "this id is

@@ -54,8 +54,10 @@ const lockName = "LOCK"
 //     by ReplaceAll for its whole duration (so no merge step runs beside
 //     one, and ReplaceAlls run one at a time).
 //  3. sealMu, mergeMu, importMu: one seal, one merge step, one import
-//     commit at a time. Only ReplaceAll holds two of them, sealMu then
-//     importMu (it never takes mergeMu: replaceMu keeps merges out).
+//     commit (or Follow) at a time. ReplaceAll and Import hold two of them,
+//     sealMu then importMu (an import's commit seals the live file above
+//     the imported segments); neither takes mergeMu (ReplaceAll's replaceMu
+//     keeps merges out; an import commits beside a merge like a seal).
 //  4. writeMu: shared by writers for a commit to the live file; exclusive for
 //     a seal's switch of live files, for ReplaceAll's manifest commit and
 //     switch, for NewSealedSnapshot's check of an empty live file, for

@@ -236,7 +236,10 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 	}
 
 	// The duplicate check and the commit are one step under importMu: two
-	// imports of the same stream at once adopt it once.
+	// imports of the same stream at once adopt it once. sealMu comes first
+	// (the lock order): the commit seals the live file.
+	s.sealMu.Lock()
+	defer s.sealMu.Unlock()
 	s.importMu.Lock()
 	defer s.importMu.Unlock()
 	wanted := make(map[uint64]bool, len(written))
@@ -293,15 +296,13 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 // are any. A seal writes its data barrier first when the write path left
 // bytes unsynced (SyncManual, SyncInterval), so no crash can keep the
 // import and lose a write acknowledged before it that shadowed an imported
-// key. An error that does not match ErrFailed changed nothing. importMu
-// held.
+// key. An error that does not match ErrFailed changed nothing. sealMu and
+// importMu held.
 func (s *Store) commitImport(written []*sealed) error {
 	spec := &commitSpec{add: written, adopt: make([]uint64, len(written))}
 	for i, sg := range written {
 		spec.adopt[i] = sg.meta.DataDigest
 	}
-	s.sealMu.Lock()
-	defer s.sealMu.Unlock()
 	seg, err := s.sealLocked(nil, spec)
 	if err != nil || seg != nil {
 		return err
