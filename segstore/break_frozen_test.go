@@ -74,6 +74,7 @@ func TestBreakDeleteRangeWhileSealSwitching(t *testing.T) {
 			require.NoError(t, s.DeleteRange([]byte("k03"), []byte("k17")))
 			m.deleteRange("k03", "k17")
 			put("k08", "after")
+			var importErr chan error
 			if withImport {
 				peer := mustOpen(t, "/peer", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
 				require.NoError(t, peer.DeleteRange([]byte("k00"), []byte("k05")))
@@ -81,22 +82,36 @@ func TestBreakDeleteRangeWhileSealSwitching(t *testing.T) {
 				require.NoError(t, peer.Put([]byte("k10"), []byte("peer")))
 				stream := exportNewest(t, peer)
 				require.NoError(t, peer.Close())
-				_, err := s.Import(context.Background(), bytes.NewReader(stream))
-				require.NoError(t, err)
-				// Older than the live file and the frozen one: k08 (live)
-				// and k10 (deleted by the live range) are not affected; the
-				// import's range deletes the sealed k00..k04 that the live
-				// file does not hold.
-				m.deleteRange("k00", "k05")
-				m["k01"] = "peer"
+				// An import's commit seals the live file above the imported
+				// segment, so it waits for the seal in flight.
+				importErr = make(chan error, 1)
+				go func() {
+					_, err := s.Import(context.Background(), bytes.NewReader(stream))
+					importErr <- err
+				}()
 			}
 			sn, err := s.NewSnapshot()
 			require.NoError(t, err)
 			mSnap := m.clone()
 			require.NoError(t, fullDiff(s, m, keys), "in the window")
 			crash := mem.CrashClone(vfs.CrashDropUnsynced, nil)
+			mCrash := m.clone()
+			select {
+			case err := <-importErr:
+				t.Fatalf("the import returned (%v) while a seal was in flight", err)
+			default:
+			}
 			close(gate)
 			require.NoError(t, <-sealErr)
+			if withImport {
+				require.NoError(t, <-importErr)
+				// Older than the live file (sealed above it in the same
+				// commit): k08 (live) and k10 (deleted by the live range)
+				// are not affected; the import's range deletes the sealed
+				// k00..k04 that the live file does not hold.
+				m.deleteRange("k00", "k05")
+				m["k01"] = "peer"
+			}
 			require.NoError(t, fullDiff(s, m, keys), "after the seal")
 			require.NoError(t, snapDiff(sn, mSnap, keys), "snapshot after the seal")
 			require.NoError(t, snapDiff(snBefore, mBefore, keys), "earlier snapshot after the seal")
@@ -107,10 +122,13 @@ func TestBreakDeleteRangeWhileSealSwitching(t *testing.T) {
 			snBefore.Close()
 			require.NoError(t, s.Check())
 			require.NoError(t, s.Close())
-			for name, fsys := range map[string]*vfs.Mem{"reopen": mem, "crash in the window": crash} {
-				s2, err := Open("/db", &Options{FS: fsys, Merge: MergeOptions{Disable: true}})
+			for name, c := range map[string]struct {
+				fsys *vfs.Mem
+				m    model
+			}{"reopen": {mem, m}, "crash in the window": {crash, mCrash}} {
+				s2, err := Open("/db", &Options{FS: c.fsys, Merge: MergeOptions{Disable: true}})
 				require.NoError(t, err, name)
-				require.NoError(t, fullDiff(s2, m, keys), name)
+				require.NoError(t, fullDiff(s2, c.m, keys), name)
 				require.NoError(t, s2.Check(), name)
 				require.NoError(t, s2.Close())
 			}
