@@ -193,9 +193,12 @@ func TestFollowRules(t *testing.T) {
 // (background, Compact, partial with a small MaxStepBytes), imports beneath
 // unsealed writes, manifest checkpoints and ReplaceAll, and calls sync at
 // random points with the leader freshly sealed. sync returns the leader's
-// contents at that point.
-func leaderFollowerWorkload(t *testing.T, rng *rand.Rand, leader *Store, steps int, sync func(want model)) {
+// contents at that point. With lmem set, the leader also crashes (a power
+// cut image in a random mode) and is reopened from the image with lopts.
+func leaderFollowerWorkload(t *testing.T, rng *rand.Rand, lp **Store, lmem *vfs.Mem, lopts *Options, steps int, sync func(want model)) {
 	t.Helper()
+	leader := *lp
+	defer func() { *lp = leader }()
 	peer := mustOpen(t, "/peer", unmergedOpts(vfs.NewMem()))
 	defer peer.Close()
 	const keySpace = 60
@@ -225,7 +228,17 @@ func leaderFollowerWorkload(t *testing.T, rng *rand.Rand, leader *Store, steps i
 			require.NoError(t, err)
 		case r < 88:
 			require.NoError(t, leader.mlog.Checkpoint())
-		case r < 89:
+		case r < 90 && lmem != nil:
+			img := lmem.CrashClone(testutil.CrashModes()[rng.IntN(len(testutil.CrashModes()))], rng)
+			require.NoError(t, leader.Close())
+			o := *lopts
+			o.FS = img
+			lmem = img
+			var err error
+			leader, err = Open("/l", &o)
+			require.NoError(t, err)
+			*lp = leader
+		case r < 91:
 			sn, err := peer.NewSealedSnapshot()
 			require.NoError(t, err)
 			var segs []ReplaceSegment
@@ -250,8 +263,8 @@ func leaderFollowerWorkload(t *testing.T, rng *rand.Rand, leader *Store, steps i
 
 // TestFollowModel: after every Follow the follower reads exactly what the
 // leader read at that seq, whatever happened in between and whichever
-// syncs were skipped; under several leader configurations, background
-// merges on both sides.
+// syncs were skipped, across crashes of the leader; under several leader
+// configurations and sync modes, background merges on both sides.
 func TestFollowModel(t *testing.T) {
 	configs := []MergeOptions{
 		{Disable: true},
@@ -262,12 +275,14 @@ func TestFollowModel(t *testing.T) {
 	for ci, mo := range configs {
 		t.Run(fmt.Sprint(ci), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(uint64(ci), 28))
-			leader := mustOpen(t, "/l", &Options{FS: vfs.NewMem(), SegmentSize: 4 << 10, Merge: mo})
-			defer leader.Close()
+			lmem := vfs.NewMem()
+			lopts := &Options{FS: lmem, SegmentSize: 4 << 10, Merge: mo, Sync: SyncMode(ci % 2)}
+			leader := mustOpen(t, "/l", lopts)
+			defer func() { leader.Close() }()
 			follower := mustOpen(t, "/f", &Options{FS: vfs.NewMem(), SegmentSize: 4 << 10})
 			defer follower.Close()
 			syncs := 0
-			leaderFollowerWorkload(t, rng, leader, 400, func(want model) {
+			leaderFollowerWorkload(t, rng, &leader, lmem, lopts, 400, func(want model) {
 				if rng.IntN(3) == 0 {
 					return // a skipped sync
 				}
@@ -299,7 +314,7 @@ func TestFollowCrashEverySyncPoint(t *testing.T) {
 	// by its seq.
 	history := []model{{}}
 	seqs := []uint64{0}
-	leaderFollowerWorkload(t, rng, leader, 250, func(want model) {
+	leaderFollowerWorkload(t, rng, &leader, nil, nil, 250, func(want model) {
 		rec.Started.Add(1)
 		ch := syncFollower(t, leader, follower)
 		history, seqs = append(history, want), append(seqs, ch.Seq)
