@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/internal/testutil"
+	"github.com/segkv/segkv/manifestlog"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -345,4 +346,51 @@ func TestFollowCrashEverySyncPoint(t *testing.T) {
 	defer s.Close()
 	syncFollower(t, leader, s)
 	require.Equal(t, dumpStore(t, leader), dumpStore(t, s))
+}
+
+// TestFollowCost: a Follow fetches only the segments added since the last
+// one and commits them with one manifest commit and one directory sync,
+// however many segments the leader holds; a Follow with nothing new fetches
+// nothing and syncs no directory.
+func TestFollowCost(t *testing.T) {
+	leader := mustOpen(t, "/l", unmergedOpts(vfs.NewMem()))
+	defer leader.Close()
+	cfs := vfs.NewCounting(vfs.NewMem())
+	follower := mustOpen(t, "/f", &Options{FS: cfs, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}})
+	defer follower.Close()
+	require.Eventually(t, func() bool { return follower.Metrics().SparesMade >= 1 }, timeout, tick)
+	rotations := func() uint64 {
+		var st manifestlog.Stats
+		require.Eventually(t, func() bool { st = follower.mlog.Stats(); return !st.Rotating }, timeout, tick)
+		return st.Rotations + st.RotationFailures
+	}
+	key := 0
+	for _, n := range []int{1, 10, 100, 300} {
+		for range n {
+			require.NoError(t, leader.Put(fmt.Appendf(nil, "key-%05d", key), []byte("v")))
+			require.NoError(t, leader.Seal())
+			key++
+		}
+		cfs.Reset()
+		rotBefore := rotations()
+		seq := follower.ManifestSeq()
+		fetched := 0
+		ch := leader.ChangesSince(follower.FollowedSeq())
+		if ch.Complete {
+			require.Len(t, ch.Added, n)
+		} // else the leader's manifest was checkpointed: a full listing
+
+		require.NoError(t, follower.Follow(context.Background(), ch, leaderOpen(leader, &fetched)))
+		c := cfs.Counts()
+		require.Equal(t, n, fetched, "only the %d new segments are fetched", n)
+		require.Equal(t, seq+1, follower.ManifestSeq(), "one manifest commit")
+		require.EqualValues(t, 1, c.DirSyncs-int64(rotations()-rotBefore), "one directory sync for %d segments", n)
+	}
+	require.Len(t, follower.Segments(), key)
+	cfs.Reset()
+	fetched := 0
+	require.NoError(t, follower.Follow(context.Background(), leader.ChangesSince(follower.FollowedSeq()), leaderOpen(leader, &fetched)))
+	require.Zero(t, fetched)
+	require.Zero(t, cfs.Counts().DirSyncs)
+	require.Equal(t, dumpStore(t, leader), dumpStore(t, follower))
 }
