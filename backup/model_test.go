@@ -1,0 +1,785 @@
+package backup
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/segkv/segkv/backup/bucket"
+	"github.com/segkv/segkv/segstore"
+)
+
+// This file checks the promise docs/BACKUP.md and the design brief make
+// ("Between stores"): a backup at any recorded commit restores a state the
+// store actually held. Every manifest commit must name a set of segments
+// that, read alone, is such a state, since that set is all a backup sees.
+//
+// The tests keep a history: the store's whole read state after every
+// operation, with the ManifestSeq around it and whether the live file was
+// empty. A restore of a recorded seq S is then checked against it:
+//
+//   - precisely, when some observation saw S as the current seq with an
+//     empty live file: the sealed segments of commit S then held the whole
+//     state the store showed, and the restore must equal it (commits that
+//     are not observed, background merges, do not change what the sealed
+//     segments read as);
+//   - otherwise, against the states of the window in which commit S fell:
+//     from the last observation before it whose live file was empty (its
+//     sealed segments then held exactly that state) to the first
+//     observation at or after S. A state from outside the window, or one
+//     that is nowhere in the history, is a wrong restore.
+//
+// Issue 28 item 3 found two ways the engine breaks this, both because a
+// commit changes the sealed segment list while writes that the change
+// relies on, or that shadow it, are still only in the live file:
+//
+//   - a range drop (SyncAlways: DeleteRange drops the sealed segments its
+//     tombstone covers at once) commits the removal while the tombstone is
+//     still in the live file: the segments left read as a state the store
+//     never held (TestIssue28RangeDropRestore);
+//   - an Import commits the imported segments beneath unsealed writes that
+//     shadow them: the segments alone read the imported values the store
+//     never showed (TestIssue28ImportBeneathLiveRestore).
+//
+// Both reproductions, and TestBackupModel whenever its workload hits either
+// trigger, FAIL until the engine keeps the invariant (the range drop seals
+// the tombstone in its commit; the import seals the live file in its
+// commit, above the imported segments). That is expected: they are the
+// tests of that fix and are not skipped.
+
+// histEntry is one observation of the source store, after an operation.
+type histEntry struct {
+	op           string            // the operation just done
+	seqLo, seqHi uint64            // ManifestSeq before and after reading the state
+	liveEmpty    bool              // the live file held nothing
+	state        map[string]string // every key and value the store showed
+}
+
+// readAll returns every key and value the store shows now.
+func readAll(s *segstore.Store) (map[string]string, error) {
+	out := map[string]string{}
+	var err error
+	for k, v := range s.All(&err) {
+		out[string(k)] = string(v)
+	}
+	return out, err
+}
+
+// observe records the store's state after op. Only background merges (and
+// interval syncs) can run while it reads, and they change no content, so
+// the state holds over the whole [seqLo, seqHi] span.
+func observe(s *segstore.Store, op string) (histEntry, error) {
+	e := histEntry{op: op, seqLo: s.ManifestSeq()}
+	e.liveEmpty = s.Metrics().LiveBytes == 0
+	st, err := readAll(s)
+	if err != nil {
+		return e, fmt.Errorf("read after %s: %w", op, err)
+	}
+	e.state, e.seqHi = st, s.ManifestSeq()
+	return e, nil
+}
+
+// expectation says what a restore of seq may hold: exactly want when the
+// seq's state was observed, else one of the states of hist[lo..hi].
+type expectation struct {
+	exact  bool
+	want   map[string]string
+	at     int // the observation that gives want
+	lo, hi int
+}
+
+// expect derives the expectation for a restore of seq from hist.
+func expect(hist []histEntry, seq uint64) expectation {
+	for i := len(hist) - 1; i >= 0; i-- {
+		h := hist[i]
+		if h.liveEmpty && h.seqLo <= seq && seq <= h.seqHi {
+			return expectation{exact: true, want: h.state, at: i}
+		}
+	}
+	ex := expectation{lo: 0, hi: len(hist) - 1}
+	for i, h := range hist {
+		if h.liveEmpty && h.seqHi < seq {
+			ex.lo = i
+		}
+	}
+	for i, h := range hist {
+		if h.seqHi >= seq {
+			ex.hi = i
+			break
+		}
+	}
+	return ex
+}
+
+// checkRestore compares got, the restore of seq, with the history; it
+// returns a description of the mismatch, or "".
+func checkRestore(hist []histEntry, seq uint64, got map[string]string) string {
+	ex := expect(hist, seq)
+	if ex.exact {
+		if maps.Equal(got, ex.want) {
+			return ""
+		}
+		return fmt.Sprintf("restore of seq %d holds %s; the store held %s at that commit (observation %d, after %s, live file empty)%s",
+			seq, fmtState(got), fmtState(ex.want), ex.at, hist[ex.at].op, whereElse(hist, got))
+	}
+	for i := ex.lo; i <= ex.hi; i++ {
+		if maps.Equal(got, hist[i].state) {
+			return ""
+		}
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "restore of seq %d holds %s, no state the store held around that commit; observations %d..%d:", seq, fmtState(got), ex.lo, ex.hi)
+	for i := ex.lo; i <= ex.hi; i++ {
+		h := hist[i]
+		fmt.Fprintf(&b, "\n\t%d: after %s (seq %d..%d, live empty %v): %s", i, h.op, h.seqLo, h.seqHi, h.liveEmpty, fmtState(h.state))
+	}
+	b.WriteString(whereElse(hist, got))
+	return b.String()
+}
+
+// whereElse says whether a state appears anywhere in the history.
+func whereElse(hist []histEntry, got map[string]string) string {
+	for i, h := range hist {
+		if maps.Equal(got, h.state) {
+			return fmt.Sprintf(" (it is the state after observation %d, %s, seq %d..%d)", i, h.op, h.seqLo, h.seqHi)
+		}
+	}
+	return " (a state the store never held)"
+}
+
+func fmtState(m map[string]string) string {
+	keys := slices.Sorted(maps.Keys(m))
+	var b strings.Builder
+	b.WriteByte('{')
+	for i, k := range keys {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprintf(&b, "%q:%q", k, m[k])
+	}
+	b.WriteByte('}')
+	return b.String()
+}
+
+// restoreState restores seq from b into a fresh directory and returns what
+// the restored store holds.
+func restoreState(t testing.TB, b bucket.Bucket, seq uint64) (map[string]string, RestoreResult) {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "r")
+	res, err := Restore(context.Background(), b, dir, &RestoreOptions{Seq: seq})
+	if err != nil {
+		t.Fatalf("restore seq %d: %v", seq, err)
+	}
+	s, err := segstore.Open(dir, &segstore.Options{Merge: segstore.MergeOptions{Disable: true}})
+	if err != nil {
+		t.Fatalf("open restore of seq %d: %v", seq, err)
+	}
+	defer s.Close()
+	got, err := readAll(s)
+	if err != nil {
+		t.Fatalf("read restore of seq %d: %v", seq, err)
+	}
+	return got, res
+}
+
+// recorder collects the seqs a loop records (its "edit" events), from
+// whichever goroutine runs the loop.
+type recorder struct {
+	mu   sync.Mutex
+	seqs []uint64
+}
+
+func (r *recorder) progress(ev Event) {
+	if ev.Kind == "edit" {
+		r.mu.Lock()
+		r.seqs = append(r.seqs, ev.Seq)
+		r.mu.Unlock()
+	}
+}
+
+func (r *recorder) recorded() []uint64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seqs)
+}
+
+// reproStore is a source store on the OS file system, SyncAlways, merges
+// off, with its history.
+type reproStore struct {
+	t    *testing.T
+	s    *segstore.Store
+	hist []histEntry
+}
+
+func newReproStore(t *testing.T) *reproStore {
+	s, err := segstore.Open(t.TempDir(), &segstore.Options{Sync: segstore.SyncAlways, Merge: segstore.MergeOptions{Disable: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	r := &reproStore{t: t, s: s}
+	r.note("open", nil)
+	return r
+}
+
+func (r *reproStore) note(op string, err error) {
+	r.t.Helper()
+	if err != nil {
+		r.t.Fatalf("%s: %v", op, err)
+	}
+	h, err := observe(r.s, op)
+	if err != nil {
+		r.t.Fatal(err)
+	}
+	r.hist = append(r.hist, h)
+}
+
+// backupAndCheck backs the store up with one Loop.Once and restores every
+// recorded seq, reporting each wrong restore.
+func (r *reproStore) backupAndCheck() {
+	t := r.t
+	b, err := bucket.NewLocal(nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec recorder
+	if err := NewLoop(StoreSource(r.s), b, &Options{Progress: rec.progress}).Once(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	seqs := rec.recorded()
+	if len(seqs) == 0 {
+		t.Fatal("the backup recorded nothing")
+	}
+	for _, seq := range seqs {
+		got, res := restoreState(t, b, seq)
+		if res.Seq != seq {
+			t.Errorf("restore of seq %d restored seq %d", seq, res.Seq)
+		}
+		if msg := checkRestore(r.hist, seq, got); msg != "" {
+			t.Errorf("issue 28 item 3: %s", msg)
+		}
+	}
+}
+
+// TestIssue28RangeDropRestore is issue 28 item 3, first trigger. EXPECTED
+// TO FAIL until the engine seals a range drop's tombstone in the same
+// commit as the drop: the drop of a's segment is committed while the
+// tombstone (and c) are only in the live file, so the backup records the
+// sealed list {b}, a state the store never held (its history is {}, {a},
+// {a,b}, {a,b,c}, {b,c}).
+func TestIssue28RangeDropRestore(t *testing.T) {
+	r := newReproStore(t)
+	s := r.s
+	r.note("put a", s.Put([]byte("a"), []byte("1")))
+	r.note("seal", s.Seal())
+	r.note("put b", s.Put([]byte("b"), []byte("1")))
+	r.note("seal", s.Seal())
+	r.note("put c", s.Put([]byte("c"), []byte("1")))
+	before := s.Metrics().RangeDropped
+	r.note("delete range [a, a\\x00)", s.DeleteRange([]byte("a"), []byte("a\x00")))
+	if s.Metrics().RangeDropped == before {
+		// The trigger needs the immediate drop (SyncAlways); without it
+		// this test proves nothing.
+		t.Fatal("DeleteRange dropped no segment: the reproduction no longer reproduces its trigger")
+	}
+	r.backupAndCheck()
+}
+
+// TestIssue28ImportBeneathLiveRestore is issue 28 item 3, second trigger.
+// EXPECTED TO FAIL until an Import seals the live file in the same commit,
+// ordered above the imported segments: k=1 is unsealed, an imported
+// segment holding k=0 is committed beneath it, and the backup records the
+// sealed list alone, which reads k=0, a value the store never showed.
+func TestIssue28ImportBeneathLiveRestore(t *testing.T) {
+	peer, err := segstore.Open(t.TempDir(), &segstore.Options{Merge: segstore.MergeOptions{Disable: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Close()
+	if err := peer.Put([]byte("k"), []byte("0")); err != nil {
+		t.Fatal(err)
+	}
+	if err := peer.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	segs := peer.Segments()
+	var stream bytes.Buffer
+	if _, err := peer.Export(context.Background(), segs[len(segs)-1].ID, &stream); err != nil {
+		t.Fatal(err)
+	}
+
+	r := newReproStore(t)
+	r.note("put k=1", r.s.Put([]byte("k"), []byte("1")))
+	_, err = r.s.Import(context.Background(), &stream)
+	r.note("import [k=0]", err)
+	if got := r.hist[len(r.hist)-1].state["k"]; got != "1" {
+		t.Fatalf("after the import the store reads k=%q; the live file's k=1 must shadow the import", got)
+	}
+	r.backupAndCheck()
+}
+
+// ---- the randomized model test ----
+
+// modelOp is one write, as the model applies it.
+type modelOp struct {
+	kind     byte // 'p' put, 'd' delete, 'r' range delete [key, end)
+	key, val string
+	end      string
+}
+
+func applyOps(m map[string]string, ops []modelOp) {
+	for _, o := range ops {
+		switch o.kind {
+		case 'p':
+			m[o.key] = o.val
+		case 'd':
+			delete(m, o.key)
+		case 'r':
+			for k := range m {
+				if o.key <= k && k < o.end {
+					delete(m, k)
+				}
+			}
+		}
+	}
+}
+
+// model is what the store must show: its sealed segments (imports go
+// above them) and the writes still in the live file (above everything).
+type model struct {
+	sealed map[string]string
+	live   []modelOp
+}
+
+func (m *model) full() map[string]string {
+	out := maps.Clone(m.sealed)
+	applyOps(out, m.live)
+	return out
+}
+
+// modelConfig is one randomized option set.
+type modelConfig struct {
+	sync       segstore.SyncMode
+	merges     bool
+	disableMap bool
+	running    bool // back up with a running Loop.Run, not Once calls
+	ops        int
+}
+
+func (c modelConfig) String() string {
+	return fmt.Sprintf("sync=%v merges=%v mmap=%v loop=%s ops=%d", c.sync, c.merges, !c.disableMap,
+		map[bool]string{true: "Run", false: "Once"}[c.running], c.ops)
+}
+
+// modelRun is one seeded run: a source store, a peer whose segments it
+// imports, a backup loop, the model and the history.
+type modelRun struct {
+	t      testing.TB
+	rng    *rand.Rand
+	cfg    modelConfig
+	dir    string
+	opts   *segstore.Options
+	s      *segstore.Store
+	peer   *segstore.Store
+	b      bucket.Bucket
+	rec    *recorder
+	loop   *Loop
+	cancel context.CancelFunc
+	done   chan error
+	m      model
+	hist   []histEntry
+	trace  []string
+	nval   int
+	// rotations counts manifest log rotations (checkpoints) of the source.
+	rotations int
+	rotMu     sync.Mutex
+}
+
+const modelKeys = 24
+
+func (r *modelRun) key(i int) string { return fmt.Sprintf("k%02d", i) }
+
+func (r *modelRun) randKey() string { return r.key(r.rng.IntN(modelKeys)) }
+
+func (r *modelRun) val(prefix string) string {
+	r.nval++
+	return prefix + strconv.Itoa(r.nval)
+}
+
+// randRange returns a random [start, end) over the key space.
+func (r *modelRun) randRange() (string, string) {
+	i := r.rng.IntN(modelKeys)
+	j := i + 1 + r.rng.IntN(4)
+	if j >= modelKeys {
+		return r.key(i), "l" // past every key
+	}
+	return r.key(i), r.key(j)
+}
+
+func (r *modelRun) fail(format string, args ...any) {
+	r.t.Helper()
+	r.t.Fatalf("%s\n%s", fmt.Sprintf(format, args...), r.traceText())
+}
+
+func (r *modelRun) traceText() string {
+	tr := r.trace
+	if len(tr) > 60 {
+		tr = append([]string{fmt.Sprintf("... (%d earlier operations)", len(r.trace)-60)}, tr[len(tr)-60:]...)
+	}
+	return "trace:\n\t" + strings.Join(tr, "\n\t")
+}
+
+func (r *modelRun) open() {
+	s, err := segstore.Open(r.dir, r.opts)
+	if err != nil {
+		r.fail("open: %v", err)
+	}
+	r.s = s
+}
+
+// note checks the store against the model after op and appends the
+// observation to the history.
+func (r *modelRun) note(op string) {
+	r.t.Helper()
+	h, err := observe(r.s, op)
+	if err != nil {
+		r.fail("%v", err)
+	}
+	r.trace = append(r.trace, fmt.Sprintf("%s -> seq %d..%d live empty %v", op, h.seqLo, h.seqHi, h.liveEmpty))
+	if want := r.m.full(); !maps.Equal(h.state, want) {
+		r.fail("after %s the store shows %s, the model %s", op, fmtState(h.state), fmtState(want))
+	}
+	if h.liveEmpty {
+		// Everything is in sealed segments.
+		r.m.sealed, r.m.live = h.state, nil
+	}
+	r.hist = append(r.hist, h)
+}
+
+func (r *modelRun) must(op string, err error) {
+	r.t.Helper()
+	if err != nil {
+		r.fail("%s: %v", op, err)
+	}
+}
+
+// startLoop starts backing the current store up: a Loop for Once calls,
+// or a running Loop.Run.
+func (r *modelRun) startLoop() {
+	r.loop = NewLoop(StoreSource(r.s), r.b, &Options{Poll: time.Millisecond, MaxBackoff: 10 * time.Millisecond, Progress: r.rec.progress})
+	if !r.cfg.running {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel, r.done = cancel, make(chan error, 1)
+	l := r.loop
+	go func() { r.done <- l.Run(ctx) }()
+}
+
+// stopLoop stops a running loop (nothing for Once calls).
+func (r *modelRun) stopLoop() {
+	if r.cancel == nil {
+		return
+	}
+	r.cancel()
+	if err := <-r.done; !errors.Is(err, context.Canceled) {
+		r.fail("backup loop stopped: %v", err)
+	}
+	r.cancel, r.done = nil, nil
+}
+
+// importPeer writes 1-3 segments on the peer and imports them into the
+// source, beneath whatever the source's live file holds.
+func (r *modelRun) importPeer() {
+	n := 1 + r.rng.IntN(3)
+	var streams []*bytes.Buffer
+	var all []modelOp
+	var desc []string
+	for range n {
+		var ops []modelOp
+		for range 1 + r.rng.IntN(4) {
+			var o modelOp
+			switch x := r.rng.IntN(10); {
+			case x < 7:
+				o = modelOp{kind: 'p', key: r.randKey(), val: r.val("p")}
+				r.must("peer put", r.peer.Put([]byte(o.key), []byte(o.val)))
+			case x < 9:
+				o = modelOp{kind: 'd', key: r.randKey()}
+				r.must("peer delete", r.peer.Delete([]byte(o.key)))
+			default:
+				a, b := r.randRange()
+				o = modelOp{kind: 'r', key: a, end: b}
+				r.must("peer delete range", r.peer.DeleteRange([]byte(a), []byte(b)))
+			}
+			ops = append(ops, o)
+		}
+		r.must("peer seal", r.peer.Seal())
+		segs := r.peer.Segments()
+		var buf bytes.Buffer
+		if _, err := r.peer.Export(context.Background(), segs[len(segs)-1].ID, &buf); err != nil {
+			r.fail("peer export: %v", err)
+		}
+		streams = append(streams, &buf)
+		all = append(all, ops...)
+		desc = append(desc, fmtOps(ops))
+	}
+	readers := make([]io.Reader, len(streams))
+	for i, s := range streams {
+		readers[i] = s
+	}
+	_, err := r.s.Import(context.Background(), readers...)
+	op := "import " + strings.Join(desc, " ")
+	r.must(op, err)
+	applyOps(r.m.sealed, all)
+	r.note(op)
+}
+
+func fmtOps(ops []modelOp) string {
+	var parts []string
+	for _, o := range ops {
+		switch o.kind {
+		case 'p':
+			parts = append(parts, o.key+"="+o.val)
+		case 'd':
+			parts = append(parts, "del "+o.key)
+		case 'r':
+			parts = append(parts, fmt.Sprintf("delrange [%s,%s)", o.key, o.end))
+		}
+	}
+	return "[" + strings.Join(parts, ", ") + "]"
+}
+
+// step does one random operation.
+func (r *modelRun) step() {
+	s := r.s
+	switch x := r.rng.IntN(100); {
+	case x < 30:
+		k, v := r.randKey(), r.val("v")
+		r.must("put", s.Put([]byte(k), []byte(v)))
+		r.m.live = append(r.m.live, modelOp{kind: 'p', key: k, val: v})
+		r.note("put " + k + "=" + v)
+	case x < 38:
+		k := r.randKey()
+		r.must("delete", s.Delete([]byte(k)))
+		r.m.live = append(r.m.live, modelOp{kind: 'd', key: k})
+		r.note("delete " + k)
+	case x < 44:
+		a, b := r.randRange()
+		r.must("delete range", s.DeleteRange([]byte(a), []byte(b)))
+		r.m.live = append(r.m.live, modelOp{kind: 'r', key: a, end: b})
+		r.note(fmt.Sprintf("delete range [%s,%s)", a, b))
+	case x < 50:
+		// A range covering a whole sealed segment: under SyncAlways it
+		// drops the segment at once.
+		segs := s.Segments()
+		if len(segs) == 0 {
+			return
+		}
+		sg := segs[r.rng.IntN(len(segs))]
+		a, b := string(sg.MinKey), string(sg.MaxKey)+"\x00"
+		before := s.Metrics().RangeDropped
+		r.must("delete range", s.DeleteRange([]byte(a), []byte(b)))
+		r.m.live = append(r.m.live, modelOp{kind: 'r', key: a, end: b})
+		r.note(fmt.Sprintf("delete range [%s,%s\\x00) covering segment %d (dropped %d)", a, sg.MaxKey, sg.ID, s.Metrics().RangeDropped-before))
+	case x < 53:
+		// A batch: puts and a range delete, atomically.
+		bt := s.NewBatch()
+		var ops []modelOp
+		for range 1 + r.rng.IntN(3) {
+			k, v := r.randKey(), r.val("b")
+			r.must("batch put", bt.Put([]byte(k), []byte(v)))
+			ops = append(ops, modelOp{kind: 'p', key: k, val: v})
+		}
+		a, b := r.randRange()
+		r.must("batch delete range", bt.DeleteRange([]byte(a), []byte(b)))
+		ops = append(ops, modelOp{kind: 'r', key: a, end: b})
+		r.must("apply", s.Apply(bt))
+		r.m.live = append(r.m.live, ops...)
+		r.note("batch " + fmtOps(ops))
+	case x < 65:
+		r.must("seal", s.Seal())
+		r.note("seal")
+	case x < 68:
+		r.must("compact", s.Compact(context.Background()))
+		r.note("compact")
+	case x < 75:
+		r.importPeer()
+	case x < 77:
+		// Close and reopen: seqs go on from the manifest.
+		r.stopLoop()
+		r.must("close", s.Close())
+		r.open()
+		r.note("reopen")
+		r.startLoop()
+	case x < 79:
+		if r.cfg.running {
+			return
+		}
+		// A new loop resumes from the bucket (a restarted process).
+		r.startLoop()
+		r.trace = append(r.trace, "new loop")
+	default:
+		if r.cfg.running {
+			// The running loop records on its own; give it a moment.
+			time.Sleep(time.Millisecond)
+			return
+		}
+		if err := r.loop.Once(context.Background()); err != nil {
+			r.fail("backup Once: %v", err)
+		}
+		r.trace = append(r.trace, fmt.Sprintf("backup Once -> recorded up to seq %d", r.loop.Stats().Seq))
+	}
+}
+
+// run does the workload, then restores every recorded seq and checks each.
+func (r *modelRun) run() {
+	t := r.t
+	r.dir = t.TempDir()
+	r.opts = &segstore.Options{
+		Sync:         r.cfg.sync,
+		SyncInterval: 2 * time.Millisecond,
+		SegmentSize:  1 << 20, // no automatic seal: the model knows every seal
+		DisableMmap:  r.cfg.disableMap,
+		Merge:        segstore.MergeOptions{Disable: !r.cfg.merges, MinRun: 2},
+		Events: segstore.EventListener{ManifestRotated: func(segstore.ManifestRotationInfo) {
+			r.rotMu.Lock()
+			r.rotations++
+			r.rotMu.Unlock()
+		}},
+	}
+	r.m = model{sealed: map[string]string{}}
+	r.open()
+	defer func() { r.s.Close() }()
+	peer, err := segstore.Open(t.TempDir(), &segstore.Options{Sync: segstore.SyncManual, Merge: segstore.MergeOptions{Disable: true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.peer = peer
+	defer peer.Close()
+	b, err := bucket.NewLocal(nil, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.b, r.rec = b, &recorder{}
+	r.note("open")
+	r.startLoop()
+	for range r.cfg.ops {
+		r.step()
+	}
+	r.stopLoop()
+	// A last step records the final state (a new loop, as after a stop).
+	r.startLoop()
+	if err := r.loop.Once(context.Background()); err != nil {
+		r.fail("final backup Once: %v", err)
+	}
+
+	seqs := r.rec.recorded()
+	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
+	var wrong []string
+	for _, seq := range seqs {
+		got, res := restoreState(t, r.b, seq)
+		if res.Seq != seq {
+			wrong = append(wrong, fmt.Sprintf("restore of seq %d restored seq %d", seq, res.Seq))
+			continue
+		}
+		if msg := checkRestore(r.hist, seq, got); msg != "" {
+			wrong = append(wrong, msg)
+		}
+	}
+	r.rotMu.Lock()
+	rot := r.rotations
+	r.rotMu.Unlock()
+	t.Logf("%v: %d observations, %d recorded seqs restored, %d wrong, %d manifest rotations", r.cfg, len(r.hist), len(seqs), len(wrong), rot)
+	if len(wrong) > 0 {
+		r.fail("%d of %d restores wrong (issue 28 item 3: a range drop before its tombstone is sealed, or an import beneath unsealed writes, explains most):\n%s",
+			len(wrong), len(seqs), strings.Join(wrong, "\n"))
+	}
+}
+
+// envInt reads a positive integer from the environment, or def.
+func envInt(t testing.TB, name string, def int) int {
+	v := os.Getenv(name)
+	if v == "" {
+		return def
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n <= 0 {
+		t.Fatalf("%s=%q: want a positive integer", name, v)
+	}
+	return n
+}
+
+// TestBackupModel runs seeded random workloads (puts, deletes, range
+// deletes, some covering whole sealed segments, batches, seals, merges on
+// and off, Compact, imports from a peer beneath unsealed writes, reopens,
+// backup steps at random points or a running loop) under every sync mode,
+// then restores every seq the backup recorded and compares each with the
+// history of the store's states (see expect). EXPECTED TO FAIL while issue
+// 28 item 3 is open, whenever a run hits one of its triggers.
+//
+// SEGKV_BACKUP_MODEL_RUNS (default 6) and SEGKV_BACKUP_MODEL_OPS (default
+// 120) make longer runs; SEGKV_BACKUP_MODEL_SEED replays one run (its seed
+// is printed on failure, and with -v).
+func TestBackupModel(t *testing.T) {
+	runs := envInt(t, "SEGKV_BACKUP_MODEL_RUNS", 6)
+	ops := envInt(t, "SEGKV_BACKUP_MODEL_OPS", 120)
+	var seeds []uint64
+	if v := os.Getenv("SEGKV_BACKUP_MODEL_SEED"); v != "" {
+		seed, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			t.Fatalf("SEGKV_BACKUP_MODEL_SEED=%q: %v", v, err)
+		}
+		seeds = []uint64{seed}
+	} else {
+		base := uint64(time.Now().UnixNano())
+		for i := range runs {
+			seeds = append(seeds, base+uint64(i))
+		}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed%d", seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 0x5e9b))
+			cfg := modelConfig{
+				// Consecutive seeds take each sync mode in turn
+				// (SyncAlways is where range drops are immediate).
+				sync:       []segstore.SyncMode{segstore.SyncAlways, segstore.SyncManual, segstore.SyncInterval}[seed%3],
+				merges:     rng.IntN(2) == 0,
+				disableMap: rng.IntN(2) == 0,
+				running:    rng.IntN(3) == 0,
+				ops:        ops,
+			}
+			t.Logf("seed %d (replay: SEGKV_BACKUP_MODEL_SEED=%d): %v", seed, seed, cfg)
+			r := &modelRun{t: &seedT{TB: t, seed: seed}, rng: rng, cfg: cfg}
+			r.run()
+		})
+	}
+}
+
+// seedT prefixes every failure with the seed that replays it.
+type seedT struct {
+	testing.TB
+	seed uint64
+}
+
+func (s *seedT) Fatalf(format string, args ...any) {
+	s.TB.Helper()
+	s.TB.Fatalf("seed %d (replay: SEGKV_BACKUP_MODEL_SEED=%d): %s", s.seed, s.seed, fmt.Sprintf(format, args...))
+}
+
+func (s *seedT) Errorf(format string, args ...any) {
+	s.TB.Helper()
+	s.TB.Errorf("seed %d (replay: SEGKV_BACKUP_MODEL_SEED=%d): %s", s.seed, s.seed, fmt.Sprintf(format, args...))
+}
