@@ -64,8 +64,62 @@ import (
 type histEntry struct {
 	op           string            // the operation just done
 	seqLo, seqHi uint64            // ManifestSeq before and after reading the state
-	liveEmpty    bool              // the live file held nothing
+	liveEmpty    bool              // the live file held no record (see liveTracker)
 	state        map[string]string // every key and value the store showed
+}
+
+// liveTracker knows whether the live file holds records, from what the
+// test did: a write adds some, and a seal (Seal, or one an operation makes
+// itself, as a range drop or an import may: the store's Seals counter
+// moves) leaves the live file empty. Nothing else seals: the tests keep
+// live files far below SegmentSize and the 1 MiB a Close seals at, and
+// give the backup loop no SealEvery. (Metrics.LiveBytes cannot tell: an
+// empty live file's header is not of one size.)
+type liveTracker struct {
+	empty                    bool
+	sealsBefore, dropsBefore int64
+	wasEmpty                 bool
+}
+
+// before is called before an operation on s.
+func (lt *liveTracker) before(s *segstore.Store) {
+	m := s.Metrics()
+	lt.sealsBefore, lt.dropsBefore, lt.wasEmpty = m.Seals, m.RangeDropped, lt.empty
+}
+
+// after is called after it; wrote says whether it wrote records. It
+// returns what the operation did that matters here, to add to its name in
+// the history: whether it sealed the live file, and whether it dropped
+// segments under a range tombstone.
+func (lt *liveTracker) after(s *segstore.Store, wrote bool) string {
+	m := s.Metrics()
+	var notes string
+	if d := m.RangeDropped - lt.dropsBefore; d > 0 {
+		notes += fmt.Sprintf(" (dropped %d segments)", d)
+	}
+	switch {
+	case m.Seals > lt.sealsBefore:
+		lt.empty = true // the seal came after the op's own writes
+		notes += " (sealed the live file)"
+	case wrote:
+		lt.empty = false
+	}
+	if !wrote && !lt.wasEmpty && m.Seals == lt.sealsBefore {
+		notes += " (live file not empty)"
+	}
+	return notes
+}
+
+// knownTrigger says whether the operation named op (with the notes after
+// added) is one of issue 28 item 3's two triggers: a range drop committed
+// without sealing the tombstone, or an import beneath unsealed writes
+// without sealing them.
+func knownTrigger(op string) bool {
+	if strings.Contains(op, "(sealed the live file)") {
+		return false
+	}
+	return strings.Contains(op, " segments)") && strings.Contains(op, "(dropped ") ||
+		strings.HasPrefix(op, "import ") && strings.Contains(op, "(live file not empty)")
 }
 
 // readAll returns every key and value the store shows now.
@@ -81,9 +135,8 @@ func readAll(s *segstore.Store) (map[string]string, error) {
 // observe records the store's state after op. Only background merges (and
 // interval syncs) can run while it reads, and they change no content, so
 // the state holds over the whole [seqLo, seqHi] span.
-func observe(s *segstore.Store, op string) (histEntry, error) {
-	e := histEntry{op: op, seqLo: s.ManifestSeq()}
-	e.liveEmpty = s.Metrics().LiveBytes == 0
+func observe(s *segstore.Store, op string, liveEmpty bool) (histEntry, error) {
+	e := histEntry{op: op, seqLo: s.ManifestSeq(), liveEmpty: liveEmpty}
 	st, err := readAll(s)
 	if err != nil {
 		return e, fmt.Errorf("read after %s: %w", op, err)
@@ -125,20 +178,24 @@ func expect(hist []histEntry, seq uint64) expectation {
 }
 
 // checkRestore compares got, the restore of seq, with the history; it
-// returns a description of the mismatch, or "".
-func checkRestore(hist []histEntry, seq uint64, got map[string]string) string {
+// returns a description of the mismatch, or "", and whether an operation
+// of the window in which the commit fell is one of issue 28 item 3's
+// triggers (knownTrigger), which would explain it.
+func checkRestore(hist []histEntry, seq uint64, got map[string]string) (string, bool) {
 	ex := expect(hist, seq)
 	if ex.exact {
 		if maps.Equal(got, ex.want) {
-			return ""
+			return "", false
 		}
 		return fmt.Sprintf("restore of seq %d holds %s; the store held %s at that commit (observation %d, after %s, live file empty)%s",
-			seq, fmtState(got), fmtState(ex.want), ex.at, hist[ex.at].op, whereElse(hist, got))
+			seq, fmtState(got), fmtState(ex.want), ex.at, hist[ex.at].op, whereElse(hist, got)), false
 	}
+	known := false
 	for i := ex.lo; i <= ex.hi; i++ {
 		if maps.Equal(got, hist[i].state) {
-			return ""
+			return "", false
 		}
+		known = known || i > ex.lo && knownTrigger(hist[i].op)
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "restore of seq %d holds %s, no state the store held around that commit; observations %d..%d:", seq, fmtState(got), ex.lo, ex.hi)
@@ -147,7 +204,7 @@ func checkRestore(hist []histEntry, seq uint64, got map[string]string) string {
 		fmt.Fprintf(&b, "\n\t%d: after %s (seq %d..%d, live empty %v): %s", i, h.op, h.seqLo, h.seqHi, h.liveEmpty, fmtState(h.state))
 	}
 	b.WriteString(whereElse(hist, got))
-	return b.String()
+	return b.String(), known
 }
 
 // whereElse says whether a state appears anywhere in the history.
@@ -221,6 +278,7 @@ func (r *recorder) recorded() []uint64 {
 type reproStore struct {
 	t    *testing.T
 	s    *segstore.Store
+	lt   liveTracker
 	hist []histEntry
 }
 
@@ -230,17 +288,25 @@ func newReproStore(t *testing.T) *reproStore {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { s.Close() })
-	r := &reproStore{t: t, s: s}
-	r.note("open", nil)
+	r := &reproStore{t: t, s: s, lt: liveTracker{empty: true}}
+	r.note("open", false, nil)
 	return r
 }
 
-func (r *reproStore) note(op string, err error) {
+// do runs one operation (wrote: it writes records) and notes the state.
+func (r *reproStore) do(op string, wrote bool, f func() error) {
+	r.t.Helper()
+	r.lt.before(r.s)
+	r.note(op, wrote, f())
+}
+
+func (r *reproStore) note(op string, wrote bool, err error) {
 	r.t.Helper()
 	if err != nil {
 		r.t.Fatalf("%s: %v", op, err)
 	}
-	h, err := observe(r.s, op)
+	op += r.lt.after(r.s, wrote)
+	h, err := observe(r.s, op, r.lt.empty)
 	if err != nil {
 		r.t.Fatal(err)
 	}
@@ -268,8 +334,8 @@ func (r *reproStore) backupAndCheck() {
 		if res.Seq != seq {
 			t.Errorf("restore of seq %d restored seq %d", seq, res.Seq)
 		}
-		if msg := checkRestore(r.hist, seq, got); msg != "" {
-			t.Errorf("issue 28 item 3: %s", msg)
+		if msg, known := checkRestore(r.hist, seq, got); msg != "" {
+			t.Errorf("issue 28 item 3 (known trigger in the window: %v): %s", known, msg)
 		}
 	}
 }
@@ -283,13 +349,14 @@ func (r *reproStore) backupAndCheck() {
 func TestIssue28RangeDropRestore(t *testing.T) {
 	r := newReproStore(t)
 	s := r.s
-	r.note("put a", s.Put([]byte("a"), []byte("1")))
-	r.note("seal", s.Seal())
-	r.note("put b", s.Put([]byte("b"), []byte("1")))
-	r.note("seal", s.Seal())
-	r.note("put c", s.Put([]byte("c"), []byte("1")))
+	put := func(k string) func() error { return func() error { return s.Put([]byte(k), []byte("1")) } }
+	r.do("put a", true, put("a"))
+	r.do("seal", false, s.Seal)
+	r.do("put b", true, put("b"))
+	r.do("seal", false, s.Seal)
+	r.do("put c", true, put("c"))
 	before := s.Metrics().RangeDropped
-	r.note("delete range [a, a\\x00)", s.DeleteRange([]byte("a"), []byte("a\x00")))
+	r.do("delete range [a, a\\x00)", true, func() error { return s.DeleteRange([]byte("a"), []byte("a\x00")) })
 	if s.Metrics().RangeDropped == before {
 		// The trigger needs the immediate drop (SyncAlways); without it
 		// this test proves nothing.
@@ -322,9 +389,11 @@ func TestIssue28ImportBeneathLiveRestore(t *testing.T) {
 	}
 
 	r := newReproStore(t)
-	r.note("put k=1", r.s.Put([]byte("k"), []byte("1")))
-	_, err = r.s.Import(context.Background(), &stream)
-	r.note("import [k=0]", err)
+	r.do("put k=1", true, func() error { return r.s.Put([]byte("k"), []byte("1")) })
+	r.do("import [k=0]", false, func() error {
+		_, err := r.s.Import(context.Background(), &stream)
+		return err
+	})
 	if got := r.hist[len(r.hist)-1].state["k"]; got != "1" {
 		t.Fatalf("after the import the store reads k=%q; the live file's k=1 must shadow the import", got)
 	}
@@ -400,6 +469,7 @@ type modelRun struct {
 	cancel context.CancelFunc
 	done   chan error
 	m      model
+	lt     liveTracker
 	hist   []histEntry
 	trace  []string
 	nval   int
@@ -436,7 +506,7 @@ func (r *modelRun) fail(format string, args ...any) {
 
 func (r *modelRun) traceText() string {
 	tr := r.trace
-	if len(tr) > 60 {
+	if len(tr) > 200 {
 		tr = append([]string{fmt.Sprintf("... (%d earlier operations)", len(r.trace)-60)}, tr[len(tr)-60:]...)
 	}
 	return "trace:\n\t" + strings.Join(tr, "\n\t")
@@ -450,11 +520,13 @@ func (r *modelRun) open() {
 	r.s = s
 }
 
-// note checks the store against the model after op and appends the
-// observation to the history.
-func (r *modelRun) note(op string) {
+// note checks the store against the model after op (wrote: it wrote
+// records; r.lt.before was called before it) and appends the observation
+// to the history.
+func (r *modelRun) note(op string, wrote bool) {
 	r.t.Helper()
-	h, err := observe(r.s, op)
+	op += r.lt.after(r.s, wrote)
+	h, err := observe(r.s, op, r.lt.empty)
 	if err != nil {
 		r.fail("%v", err)
 	}
@@ -463,8 +535,8 @@ func (r *modelRun) note(op string) {
 		r.fail("after %s the store shows %s, the model %s", op, fmtState(h.state), fmtState(want))
 	}
 	if h.liveEmpty {
-		// Everything is in sealed segments.
-		r.m.sealed, r.m.live = h.state, nil
+		// Everything is in sealed segments: an import goes above all of it.
+		r.m.sealed, r.m.live = maps.Clone(h.state), nil
 	}
 	r.hist = append(r.hist, h)
 }
@@ -540,11 +612,12 @@ func (r *modelRun) importPeer() {
 	for i, s := range streams {
 		readers[i] = s
 	}
+	r.lt.before(r.s)
 	_, err := r.s.Import(context.Background(), readers...)
 	op := "import " + strings.Join(desc, " ")
 	r.must(op, err)
 	applyOps(r.m.sealed, all)
-	r.note(op)
+	r.note(op, false)
 }
 
 func fmtOps(ops []modelOp) string {
@@ -565,22 +638,23 @@ func fmtOps(ops []modelOp) string {
 // step does one random operation.
 func (r *modelRun) step() {
 	s := r.s
+	r.lt.before(s)
 	switch x := r.rng.IntN(100); {
 	case x < 30:
 		k, v := r.randKey(), r.val("v")
 		r.must("put", s.Put([]byte(k), []byte(v)))
 		r.m.live = append(r.m.live, modelOp{kind: 'p', key: k, val: v})
-		r.note("put " + k + "=" + v)
+		r.note("put "+k+"="+v, true)
 	case x < 38:
 		k := r.randKey()
 		r.must("delete", s.Delete([]byte(k)))
 		r.m.live = append(r.m.live, modelOp{kind: 'd', key: k})
-		r.note("delete " + k)
+		r.note("delete "+k, true)
 	case x < 44:
 		a, b := r.randRange()
 		r.must("delete range", s.DeleteRange([]byte(a), []byte(b)))
 		r.m.live = append(r.m.live, modelOp{kind: 'r', key: a, end: b})
-		r.note(fmt.Sprintf("delete range [%s,%s)", a, b))
+		r.note(fmt.Sprintf("delete range [%s,%s)", a, b), true)
 	case x < 50:
 		// A range covering a whole sealed segment: under SyncAlways it
 		// drops the segment at once.
@@ -590,10 +664,9 @@ func (r *modelRun) step() {
 		}
 		sg := segs[r.rng.IntN(len(segs))]
 		a, b := string(sg.MinKey), string(sg.MaxKey)+"\x00"
-		before := s.Metrics().RangeDropped
 		r.must("delete range", s.DeleteRange([]byte(a), []byte(b)))
 		r.m.live = append(r.m.live, modelOp{kind: 'r', key: a, end: b})
-		r.note(fmt.Sprintf("delete range [%s,%s\\x00) covering segment %d (dropped %d)", a, sg.MaxKey, sg.ID, s.Metrics().RangeDropped-before))
+		r.note(fmt.Sprintf("delete range [%s,%s\\x00) covering segment %d", a, sg.MaxKey, sg.ID), true)
 	case x < 53:
 		// A batch: puts and a range delete, atomically.
 		bt := s.NewBatch()
@@ -608,13 +681,13 @@ func (r *modelRun) step() {
 		ops = append(ops, modelOp{kind: 'r', key: a, end: b})
 		r.must("apply", s.Apply(bt))
 		r.m.live = append(r.m.live, ops...)
-		r.note("batch " + fmtOps(ops))
+		r.note("batch "+fmtOps(ops), true)
 	case x < 65:
 		r.must("seal", s.Seal())
-		r.note("seal")
+		r.note("seal", false)
 	case x < 68:
 		r.must("compact", s.Compact(context.Background()))
-		r.note("compact")
+		r.note("compact", false)
 	case x < 75:
 		r.importPeer()
 	case x < 77:
@@ -622,7 +695,8 @@ func (r *modelRun) step() {
 		r.stopLoop()
 		r.must("close", s.Close())
 		r.open()
-		r.note("reopen")
+		r.lt.before(r.s) // counters start again at Open
+		r.note("reopen", false)
 		r.startLoop()
 	case x < 79:
 		if r.cfg.running {
@@ -674,14 +748,16 @@ func (r *modelRun) run() {
 		t.Fatal(err)
 	}
 	r.b, r.rec = b, &recorder{}
-	r.note("open")
+	r.lt = liveTracker{empty: true}
+	r.lt.before(r.s)
+	r.note("open", false)
 	r.startLoop()
 	for range r.cfg.ops {
 		r.step()
 	}
 	r.stopLoop()
 	// A last step records the final state (a new loop, as after a stop).
-	r.startLoop()
+	r.loop = NewLoop(StoreSource(r.s), r.b, &Options{Progress: r.rec.progress})
 	if err := r.loop.Once(context.Background()); err != nil {
 		r.fail("final backup Once: %v", err)
 	}
@@ -689,23 +765,30 @@ func (r *modelRun) run() {
 	seqs := r.rec.recorded()
 	sort.Slice(seqs, func(i, j int) bool { return seqs[i] < seqs[j] })
 	var wrong []string
+	unexplained := 0
 	for _, seq := range seqs {
 		got, res := restoreState(t, r.b, seq)
 		if res.Seq != seq {
 			wrong = append(wrong, fmt.Sprintf("restore of seq %d restored seq %d", seq, res.Seq))
+			unexplained++
 			continue
 		}
-		if msg := checkRestore(r.hist, seq, got); msg != "" {
+		if msg, known := checkRestore(r.hist, seq, got); msg != "" {
+			if !known {
+				unexplained++
+				msg = "NOT EXPLAINED by issue 28 item 3's triggers: " + msg
+			}
 			wrong = append(wrong, msg)
 		}
 	}
 	r.rotMu.Lock()
 	rot := r.rotations
 	r.rotMu.Unlock()
-	t.Logf("%v: %d observations, %d recorded seqs restored, %d wrong, %d manifest rotations", r.cfg, len(r.hist), len(seqs), len(wrong), rot)
+	t.Logf("%v: %d observations, %d recorded seqs restored, %d wrong (%d not explained by issue 28 item 3), %d manifest rotations",
+		r.cfg, len(r.hist), len(seqs), len(wrong), unexplained, rot)
 	if len(wrong) > 0 {
-		r.fail("%d of %d restores wrong (issue 28 item 3: a range drop before its tombstone is sealed, or an import beneath unsealed writes, explains most):\n%s",
-			len(wrong), len(seqs), strings.Join(wrong, "\n"))
+		r.fail("%d of %d restores wrong, %d of them not explained by issue 28 item 3's triggers (a range drop committed before its tombstone is sealed, an import beneath unsealed writes):\n%s",
+			len(wrong), len(seqs), unexplained, strings.Join(wrong, "\n"))
 	}
 }
 
