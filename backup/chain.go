@@ -17,7 +17,8 @@ var (
 	// ErrNoBackup reports a prefix that holds no recorded state.
 	ErrNoBackup = errors.New("backup: no backup at this location")
 	// ErrNotRecorded reports a restore target after the latest recorded
-	// state, or before the oldest one still kept.
+	// state, or before the oldest one still kept (the first one recorded,
+	// until a prune).
 	ErrNotRecorded = errors.New("backup: sequence not recorded")
 )
 
@@ -210,6 +211,13 @@ func loadChain(ctx context.Context, b bucket.Bucket, target uint64) (*chain, err
 			break
 		}
 		if target != 0 && e.Seq > target {
+			if c.st.seq == 0 && c.ckptSeq == 0 {
+				// target is before the first recorded state. The
+				// empty state the chain starts from is no recorded
+				// state: a store backed up for the first time after
+				// it held data held something else at target.
+				return nil, fmt.Errorf("%w: seq %d is before the first recorded state (%d)", ErrNotRecorded, target, e.Seq)
+			}
 			asOf = true // the state as of target is the current one
 			break
 		}
