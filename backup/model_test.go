@@ -635,6 +635,61 @@ func (r *modelRun) importPeer() {
 	r.note(op, false)
 }
 
+// replaceAll replaces the source's whole state by some of its own sealed
+// segments, shuffled (so kept segments take new places in the order, which
+// the backup records as removed and added again), and perhaps one fresh
+// segment of the peer's. The live file's writes are gone. The model takes
+// the store's word for the result (the engine's own tests check
+// ReplaceAll); the backup's restores are checked against it as ever.
+func (r *modelRun) replaceAll() {
+	// From a snapshot: a background merge may retire a segment before
+	// ReplaceAll runs, which then reads the stream instead of keeping the
+	// local file.
+	sn, err := r.s.NewSnapshot()
+	if err != nil {
+		r.fail("snapshot: %v", err)
+	}
+	defer sn.Close()
+	segs := sn.Segments()
+	r.rng.Shuffle(len(segs), func(i, j int) { segs[i], segs[j] = segs[j], segs[i] })
+	segs = segs[:r.rng.IntN(len(segs)+1)]
+	var rs []segstore.ReplaceSegment
+	var desc []string
+	for _, sg := range segs {
+		var buf bytes.Buffer
+		if _, err := sn.Export(context.Background(), sg.ID, &buf); err != nil {
+			r.fail("export: %v", err)
+		}
+		rs = append(rs, segstore.ReplaceSegment{Digest: sg.Digest, Size: sg.Size, Data: &buf})
+		desc = append(desc, fmt.Sprintf("segment %d", sg.ID))
+	}
+	if r.rng.IntN(2) == 0 {
+		k, v := r.randKey(), r.val("p")
+		r.must("peer put", r.peer.Put([]byte(k), []byte(v)))
+		r.must("peer seal", r.peer.Seal())
+		ps := r.peer.Segments()
+		in := ps[len(ps)-1]
+		var buf bytes.Buffer
+		if _, err := r.peer.Export(context.Background(), in.ID, &buf); err != nil {
+			r.fail("peer export: %v", err)
+		}
+		rs = append(rs, segstore.ReplaceSegment{Digest: in.Digest, Size: in.Size, Data: &buf})
+		desc = append(desc, fmt.Sprintf("peer [%s=%s]", k, v))
+	}
+	r.lt.before(r.s)
+	op := "replace all by [" + strings.Join(desc, ", ") + "]"
+	if _, err := r.s.ReplaceAll(context.Background(), rs); err != nil {
+		r.fail("%s: %v", op, err)
+	}
+	st, err := readAll(r.s)
+	if err != nil {
+		r.fail("read after %s: %v", op, err)
+	}
+	r.m.sealed, r.m.live = st, nil
+	r.lt.empty = true // the commit names a new, empty live file
+	r.note(op, false)
+}
+
 func fmtOps(ops []modelOp) string {
 	var parts []string
 	for _, o := range ops {
@@ -703,8 +758,10 @@ func (r *modelRun) step() {
 	case x < 68:
 		r.must("compact", s.Compact(context.Background()))
 		r.note("compact", false)
-	case x < 75:
+	case x < 74:
 		r.importPeer()
+	case x < 75:
+		r.replaceAll()
 	case x < 77:
 		// Close and reopen: seqs go on from the manifest.
 		r.stopLoop()
