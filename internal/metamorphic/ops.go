@@ -102,12 +102,12 @@ type Op struct {
 	Prefix []byte    `json:"prefix,omitempty"`
 	Move   Move      `json:"move,omitempty"`
 	// NilKey marks a nil Key where nil and empty differ (SeekLT, Scan bounds).
-	NilKey bool           `json:"nilkey,omitempty"`
-	NilEnd bool           `json:"nilend,omitempty"`
-	Mode   vfs.CrashMode  `json:"mode,omitempty"`
-	K      int            `json:"kth,omitempty"` // OpCrashArm: barrier event count; OpExport: segment pick
-	Rand   uint64         `json:"rand,omitempty"`
-	Peer   []int          `json:"peer,omitempty"`
+	NilKey bool          `json:"nilkey,omitempty"`
+	NilEnd bool          `json:"nilend,omitempty"`
+	Mode   vfs.CrashMode `json:"mode,omitempty"`
+	K      int           `json:"kth,omitempty"` // OpCrashArm: barrier event count; OpExport: segment pick
+	Rand   uint64        `json:"rand,omitempty"`
+	Peer   []int         `json:"peer,omitempty"`
 }
 
 func q(b []byte) string {

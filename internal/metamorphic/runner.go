@@ -91,7 +91,7 @@ func (s Stats) TotalCrashes() int {
 const (
 	storeDir  = "/db"
 	peerDir   = "/peer"
-	armWindow = 30// ops an armed crash waits for its barrier
+	armWindow = 30 // ops an armed crash waits for its barrier
 )
 
 // progress is what a crash image can hold: every state from durable to
