@@ -77,7 +77,7 @@ func (c Config) Options(fs vfs.FS) *segstore.Options {
 // merges, no automatic seals, so that each peer segment holds exactly the
 // batch that made it.
 func PeerOptions(fs vfs.FS) *segstore.Options {
-	return &segstore.Options{FS: fs, SegmentSize: 64 << 20, Merge: segstore.MergeOptions{Disable: true}}
+	return &segstore.Options{FS: fs, SegmentSize: 1 << 20, Merge: segstore.MergeOptions{Disable: true}}
 }
 
 func (c Config) String() string {
@@ -115,7 +115,7 @@ func RandomConfig(seed uint64, ops int, avoid Avoid) Config {
 	case 2:
 		c.SegmentSize = 256 << 10
 	default:
-		c.SegmentSize = 64 << 20
+		c.SegmentSize = 1 << 20 // few automatic seals (vfs.Mem holds preallocated space as bytes)
 	}
 	c.MergeDisable = r.IntN(4) == 0
 	if !c.MergeDisable {

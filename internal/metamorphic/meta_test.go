@@ -18,9 +18,9 @@ import (
 // variables are what `make meta` sets):
 //
 //	-seed N     META_SEED      run only seed N (with its option set)
-//	-seeds N    META_SEEDS     how many seeds (default 4)
+//	-seeds N    META_SEEDS     how many seeds (default 6)
 //	-first N    META_FIRST     the first seed of the run (default 1)
-//	-ops N      META_OPS       ops per seed (default 500)
+//	-ops N      META_OPS       ops per seed (default 800)
 //	-trace F    META_TRACE     replay the trace file F (a failing run writes one)
 //	-known M    META_KNOWN     "avoid" (default) leaves out the op patterns of known open bugs, "include" does not
 //	-shrink D   META_SHRINK    time budget of the shrinker per failure (default 60s)
@@ -89,9 +89,9 @@ func TestMeta(t *testing.T) {
 		return
 	}
 	avoid := avoidSetting(t)
-	ops := int(intSetting(t, "META_OPS", uint64(*flagOps), 500))
+	ops := int(intSetting(t, "META_OPS", uint64(*flagOps), 800))
 	first := intSetting(t, "META_FIRST", *flagFirst, 1)
-	n := intSetting(t, "META_SEEDS", uint64(*flagSeeds), 4)
+	n := intSetting(t, "META_SEEDS", uint64(*flagSeeds), 6)
 	if seed := intSetting(t, "META_SEED", *flagSeed, 0); seed != 0 {
 		first, n = seed, 1
 	}

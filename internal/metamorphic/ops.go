@@ -82,24 +82,24 @@ func (m Move) String() string {
 // BatchOp is one operation of a batch (OpApply, OpPeerSegment).
 type BatchOp struct {
 	Kind Kind   `json:"k"` // OpPut, OpDelete or OpDeleteRange
-	Key  []byte `json:"key,omitempty"`
+	Key  []byte `json:"key"`
 	Val  []byte `json:"val,omitempty"`
-	End  []byte `json:"end,omitempty"`
+	End  []byte `json:"end"`
 }
 
 // Op is one operation of a trace. Which fields count depends on Kind.
 type Op struct {
 	Kind   Kind      `json:"k"`
-	Key    []byte    `json:"key,omitempty"`
+	Key    []byte    `json:"key"`
 	Val    []byte    `json:"val,omitempty"`
-	End    []byte    `json:"end,omitempty"`
+	End    []byte    `json:"end"`
 	Batch  []BatchOp `json:"batch,omitempty"`
 	Slot   int       `json:"slot,omitempty"`
 	Snap   int       `json:"snap,omitempty"` // OpIterOpen: snapshot slot, or -1 for the store
 	Sealed bool      `json:"sealed,omitempty"`
-	Lower  []byte    `json:"lower,omitempty"`
-	Upper  []byte    `json:"upper,omitempty"`
-	Prefix []byte    `json:"prefix,omitempty"`
+	Lower  []byte    `json:"lower"`
+	Upper  []byte    `json:"upper"`
+	Prefix []byte    `json:"prefix"`
 	Move   Move      `json:"move,omitempty"`
 	// NilKey marks a nil Key where nil and empty differ (SeekLT, Scan bounds).
 	NilKey bool          `json:"nilkey,omitempty"`

@@ -150,12 +150,27 @@ type runner struct {
 
 	stats Stats
 	opIdx int
+	sab   sabotage
 }
 
 // Run executes ops under c and returns the first failure (nil if none)
 // and what the run did.
 func Run(c Config, ops []Op) (*Failure, Stats) {
-	r := &runner{c: c, ctx: context.Background(), segs: map[int]*peerSeg{}, m: newModel(c)}
+	return runWith(c, ops, 0)
+}
+
+// Sabotage makes the model wrong on purpose, so that the harness's own
+// tests can show that a wrong store would fail it.
+type sabotage int
+
+const (
+	sabotageNone       sabotage = iota
+	sabotageLosePut             // the model forgets the first Put
+	sabotageAllDurable          // the model takes every write for durable
+)
+
+func runWith(c Config, ops []Op, sab sabotage) (*Failure, Stats) {
+	r := &runner{c: c, ctx: context.Background(), segs: map[int]*peerSeg{}, m: newModel(c), sab: sab}
 	f := r.run(ops)
 	r.shutdown()
 	return f, r.stats
@@ -303,6 +318,9 @@ func (r *runner) writeOp(ops []BatchOp, do func() error) *Failure {
 		return r.fail(ClassOpError, "%v", err)
 	}
 	r.m.write(ops)
+	if r.sab == sabotageAllDurable {
+		r.m.setDurable()
+	}
 	r.end()
 	return nil
 }
@@ -311,6 +329,10 @@ func (r *runner) step(op Op) *Failure {
 	s := r.s
 	switch op.Kind {
 	case OpPut:
+		if r.sab == sabotageLosePut {
+			r.sab = sabotageNone
+			return r.writeOp(nil, func() error { return s.Put(op.Key, op.Val) })
+		}
 		return r.writeOp([]BatchOp{{Kind: OpPut, Key: op.Key, Val: op.Val}}, func() error { return s.Put(op.Key, op.Val) })
 	case OpDelete:
 		return r.writeOp([]BatchOp{{Kind: OpDelete, Key: op.Key}}, func() error { return s.Delete(op.Key) })
