@@ -198,6 +198,8 @@ func (g *gen) value() []byte {
 	v := fmt.Appendf(nil, "v%d.", g.n)
 	size := g.r.IntN(13)
 	switch x := g.r.IntN(100); {
+	case x < 3:
+		return []byte{} // an empty value is a value, not a deletion
 	case x < 25:
 		size = 13 + g.r.IntN(200)
 	case x < 30 && g.c.BigValues:
@@ -363,13 +365,13 @@ func (g *gen) next() []Op {
 		return []Op{{Kind: OpCompact}}
 	case x < 873:
 		g.dropReaders()
-		return []Op{{Kind: OpReopen}}
+		return []Op{{Kind: OpReopen, ReadOnly: r.IntN(3) == 0, Leave: r.IntN(3) == 0}}
 	case x < 881:
 		g.dropReaders()
-		return []Op{{Kind: OpCrash, Mode: vfs.CrashMode(r.IntN(6)), Rand: r.Uint64()}}
+		return []Op{{Kind: OpCrash, Mode: vfs.CrashMode(r.IntN(6)), Rand: r.Uint64(), ReadOnly: r.IntN(3) == 0}}
 	case x < 893:
 		g.dropReaders()
-		return []Op{{Kind: OpCrashArm, Mode: vfs.CrashMode(r.IntN(6)), K: 1 + r.IntN(24), Rand: r.Uint64()}}
+		return []Op{{Kind: OpCrashArm, Mode: vfs.CrashMode(r.IntN(6)), K: 1 + r.IntN(24), Rand: r.Uint64(), ReadOnly: r.IntN(3) == 0}}
 	case x < 925:
 		b := append([]BatchOp{{Kind: OpPut, Key: g.key(), Val: g.value()}}, g.batch(r.IntN(6))...)
 		id := g.peerSegs

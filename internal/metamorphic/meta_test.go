@@ -22,7 +22,8 @@ import (
 //	-first N    META_FIRST     the first seed of the run (default 1)
 //	-ops N      META_OPS       ops per seed (default 800)
 //	-trace F    META_TRACE     replay the trace file F (a failing run writes one)
-//	-known M    META_KNOWN     "avoid" (default) leaves out the op patterns of known open bugs, "include" does not
+//	-known M    META_KNOWN     "avoid" (default) leaves out the op patterns of known open bugs, "include" does
+//	                           not, "reimport" or "import-unsealed" (or both, comma-separated) avoids those
 //	-shrink D   META_SHRINK    time budget of the shrinker per failure (default 60s)
 //	-out DIR    META_OUT       where failing traces are written (default the temp directory)
 var (
@@ -56,15 +57,26 @@ func intSetting(t *testing.T, name string, flagVal uint64, def uint64) uint64 {
 }
 
 func avoidSetting(t *testing.T) Avoid {
-	switch m := envOr("META_KNOWN", *flagKnown, "avoid"); m {
+	m := envOr("META_KNOWN", *flagKnown, "avoid")
+	switch m {
 	case "avoid":
 		return AvoidKnown
 	case "include":
 		return Avoid{}
-	default:
-		t.Fatalf("META_KNOWN=%q: want avoid or include", m)
 	}
-	return Avoid{}
+	// A comma-separated list of the patterns to avoid.
+	var a Avoid
+	for _, p := range strings.Split(m, ",") {
+		switch p {
+		case "reimport":
+			a.Reimport = true
+		case "import-unsealed":
+			a.ImportUnsealed = true
+		default:
+			t.Fatalf("META_KNOWN=%q: want avoid, include or a list of reimport, import-unsealed", m)
+		}
+	}
+	return a
 }
 
 func shrinkBudget(t *testing.T) time.Duration {
@@ -166,8 +178,13 @@ func runOne(t *testing.T, c Config, ops []Op) (Stats, bool) {
 }
 
 func knownName(a Avoid) string {
-	if a == (Avoid{}) {
+	switch a {
+	case Avoid{}:
 		return "include"
+	case AvoidKnown:
+		return "avoid"
+	case Avoid{Reimport: true}:
+		return "reimport"
 	}
-	return "avoid"
+	return "import-unsealed"
 }

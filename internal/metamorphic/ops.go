@@ -83,7 +83,7 @@ func (m Move) String() string {
 type BatchOp struct {
 	Kind Kind   `json:"k"` // OpPut, OpDelete or OpDeleteRange
 	Key  []byte `json:"key"`
-	Val  []byte `json:"val,omitempty"`
+	Val  []byte `json:"val"`
 	End  []byte `json:"end"`
 }
 
@@ -91,7 +91,7 @@ type BatchOp struct {
 type Op struct {
 	Kind   Kind      `json:"k"`
 	Key    []byte    `json:"key"`
-	Val    []byte    `json:"val,omitempty"`
+	Val    []byte    `json:"val"`
 	End    []byte    `json:"end"`
 	Batch  []BatchOp `json:"batch,omitempty"`
 	Slot   int       `json:"slot,omitempty"`
@@ -108,6 +108,13 @@ type Op struct {
 	K      int           `json:"kth,omitempty"` // OpCrashArm: barrier event count; OpExport: segment pick
 	Rand   uint64        `json:"rand,omitempty"`
 	Peer   []int         `json:"peer,omitempty"`
+	// OpReopen: ReadOnly opens read-only (and compares) before the
+	// writable open; Leave leaves snapshots and iterators open across
+	// Close, which must then answer ErrClosed. OpCrash and OpCrashArm:
+	// ReadOnly opens the image read-only first, which must show the
+	// state the writable open then shows.
+	ReadOnly bool `json:"ro,omitempty"`
+	Leave    bool `json:"leave,omitempty"`
 }
 
 func q(b []byte) string {
@@ -199,11 +206,18 @@ func (o Op) String() string {
 	case OpCompact:
 		return "Compact()"
 	case OpReopen:
-		return "Close(); Open()"
+		s := "Close(); "
+		if o.Leave {
+			s = "Close() with readers open; "
+		}
+		if o.ReadOnly {
+			s += "Open(ReadOnly); Close(); "
+		}
+		return s + "Open()"
 	case OpCrash:
-		return fmt.Sprintf("crash(%v, rand=%d); Open()", o.Mode, o.Rand)
+		return fmt.Sprintf("crash(%v, rand=%d); %sOpen()", o.Mode, o.Rand, roString(o.ReadOnly))
 	case OpCrashArm:
-		return fmt.Sprintf("crash-arm(%v at barrier event %d, rand=%d)", o.Mode, o.K, o.Rand)
+		return fmt.Sprintf("crash-arm(%v at barrier event %d, rand=%d); %sOpen()", o.Mode, o.K, o.Rand, roString(o.ReadOnly))
 	case OpPeerSegment:
 		return "peer: Apply" + batchString(o.Batch) + "; Seal()"
 	case OpImport:
@@ -214,4 +228,11 @@ func (o Op) String() string {
 		return "Check()"
 	}
 	return o.Kind.String()
+}
+
+func roString(ro bool) string {
+	if ro {
+		return "Open(ReadOnly); Close(); "
+	}
+	return ""
 }

@@ -25,6 +25,10 @@ const (
 	ClassExport      = "export"       // an exported stream does not match its SegmentInfo
 	ClassCheck       = "check"        // Store.Check failed
 	ClassClose       = "close"        // Close of a healthy store failed
+	ClassReadOnly    = "read-only"    // a read-only Open showed another state than the writable Open after it
+	ClassClosed      = "closed"       // a snapshot or iterator left open across Close did not answer ErrClosed
+	ClassSeq         = "manifest-seq" // ManifestSeq went backwards without a crash
+	ClassSegments    = "segments"     // Segments() lists duplicate ids or orders out of order
 )
 
 // Failure is the first broken invariant of a run.
@@ -147,6 +151,9 @@ type runner struct {
 	img      *vfs.Mem
 	imgAt    progress
 	imgTaken bool
+	armRO    bool
+
+	lastSeq uint64
 
 	stats Stats
 	opIdx int
@@ -271,9 +278,14 @@ func (r *runner) afterStep() *Failure {
 	r.pmu.Unlock()
 	if taken {
 		r.stats.ArmedFired++
-		if f := r.crash(img, at, r.armMode); f != nil {
+		if f := r.crash(img, at, r.armMode, r.armRO); f != nil {
 			return f
 		}
+	}
+	if seq := r.s.ManifestSeq(); seq < r.lastSeq {
+		return r.fail(ClassSeq, "ManifestSeq %d after %d", seq, r.lastSeq)
+	} else {
+		r.lastSeq = seq
 	}
 	// No image taken so far can go back before the durable state
 	// published now; later ones start from it.
@@ -442,18 +454,23 @@ func (r *runner) step(op Op) *Failure {
 		if err := s.Check(); err != nil {
 			return r.fail(ClassCheck, "%v", err)
 		}
+		rep, err := s.Verify(r.ctx)
+		if err != nil || len(rep.Damaged) > 0 {
+			return r.fail(ClassCheck, "Verify: %v, damaged %v", err, rep.Damaged)
+		}
+		return r.checkSegments()
 	case OpReopen:
-		return r.reopen()
+		return r.reopenOp(op)
 	case OpCrash:
 		r.pmu.Lock()
 		at := r.prog
 		img := r.mem.CrashClone(op.Mode, newRand(op.Rand, 3))
 		r.pmu.Unlock()
-		return r.crash(img, at, op.Mode)
+		return r.crash(img, at, op.Mode, op.ReadOnly)
 	case OpCrashArm:
 		r.pmu.Lock()
 		if !r.armed {
-			r.armed, r.armMode, r.armK, r.armRand, r.armSeen, r.armLeft = true, op.Mode, op.K, op.Rand, 0, armWindow
+			r.armed, r.armMode, r.armK, r.armRand, r.armSeen, r.armLeft, r.armRO = true, op.Mode, op.K, op.Rand, 0, armWindow, op.ReadOnly
 		}
 		r.pmu.Unlock()
 	case OpPeerSegment:
@@ -662,24 +679,99 @@ func (r *runner) pointCompare(want kv, when string) *Failure {
 	return nil
 }
 
-func (r *runner) reopen() *Failure {
-	r.closeReaders()
+func (r *runner) reopen() *Failure { return r.reopenOp(Op{Kind: OpReopen}) }
+
+func (r *runner) reopenOp(op Op) *Failure {
+	if !op.Leave {
+		r.closeReaders()
+	}
 	if err := r.s.Close(); err != nil {
 		return r.fail(ClassClose, "Close: %v", err)
 	}
 	r.s = nil
+	if f := r.checkClosedReaders(); f != nil {
+		return f
+	}
 	r.m.afterReopen()
 	r.end()
+	if op.ReadOnly {
+		got, err := r.readOnly()
+		if err != nil {
+			return r.fail(ClassReopen, "read-only Open after a clean Close: %v", err)
+		}
+		if !maps.Equal(got, r.m.cur().st) {
+			return r.fail(ClassReadOnly, "read-only Open after a clean Close:%s", diff(got, r.m.cur().st))
+		}
+	}
 	if err := r.open(); err != nil {
 		return r.fail(ClassReopen, "Open after a clean Close: %v", err)
 	}
 	return r.fullCompare(r.m.cur().st, "after a clean reopen")
 }
 
+// readOnly opens the store read-only, reads it whole and closes it.
+func (r *runner) readOnly() (kv, error) {
+	opts := r.c.Options(r.mem)
+	opts.ReadOnly = true
+	s, err := segstore.Open(storeDir, opts)
+	if err != nil {
+		return nil, err
+	}
+	got, err := readAll(s)
+	if err == nil {
+		if werr := s.Put([]byte("x"), nil); !errors.Is(werr, segstore.ErrReadOnly) {
+			err = fmt.Errorf("Put on a read-only store: %v, want ErrReadOnly", werr)
+		}
+	}
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	return got, err
+}
+
+// checkClosedReaders checks that the snapshots and iterators left open
+// across Close answer ErrClosed, and closes them.
+func (r *runner) checkClosedReaders() *Failure {
+	defer r.closeReaders()
+	for i, sl := range r.iters {
+		if sl == nil {
+			continue
+		}
+		if sl.it.First() || !errors.Is(sl.it.Err(), segstore.ErrClosed) {
+			return r.fail(ClassClosed, "iter%d after Store.Close: First %v, Err %v, want ErrClosed", i, sl.it.Valid(), sl.it.Err())
+		}
+	}
+	for i, sl := range r.snaps {
+		if sl == nil {
+			continue
+		}
+		if _, err := sl.sn.Get([]byte("k0000")); !errors.Is(err, segstore.ErrClosed) {
+			return r.fail(ClassClosed, "snap%d.Get after Store.Close: %v, want ErrClosed", i, err)
+		}
+	}
+	return nil
+}
+
+// checkSegments checks the listing: distinct ids, ascending orders.
+func (r *runner) checkSegments() *Failure {
+	segs := r.s.Segments()
+	ids := map[uint64]bool{}
+	for i, sg := range segs {
+		if ids[sg.ID] {
+			return r.fail(ClassSegments, "segment id %d listed twice", sg.ID)
+		}
+		ids[sg.ID] = true
+		if i > 0 && sg.Order <= segs[i-1].Order {
+			return r.fail(ClassSegments, "segment %d (order %d) listed after segment %d (order %d)", sg.ID, sg.Order, segs[i-1].ID, segs[i-1].Order)
+		}
+	}
+	return nil
+}
+
 // crash abandons the store for img, a power loss taken when at was the
 // progress, reopens and checks that the store is one state of history in
 // at's range.
-func (r *runner) crash(img *vfs.Mem, at progress, mode vfs.CrashMode) *Failure {
+func (r *runner) crash(img *vfs.Mem, at progress, mode vfs.CrashMode, ro bool) *Failure {
 	r.closeReaders()
 	r.pmu.Lock()
 	r.armed, r.imgTaken, r.img = false, false, nil // this crash supersedes an armed one
@@ -690,7 +782,15 @@ func (r *runner) crash(img *vfs.Mem, at progress, mode vfs.CrashMode) *Failure {
 		return r.fail(ClassClose, "Close of the store a crash image was taken from: %v", err)
 	}
 	r.s = nil
+	r.lastSeq = 0
 	r.mem = img
+	var roState kv
+	if ro {
+		var err error
+		if roState, err = r.readOnly(); err != nil {
+			return r.fail(ClassCrashOpen, "read-only Open after a power loss (%v): %v", mode, err)
+		}
+	}
 	if err := r.open(); err != nil {
 		return r.fail(ClassCrashOpen, "Open after a power loss (%v): %v", mode, err)
 	}
@@ -701,6 +801,9 @@ func (r *runner) crash(img *vfs.Mem, at progress, mode vfs.CrashMode) *Failure {
 	got, err := readAll(r.s)
 	if err != nil {
 		return r.fail(ClassOpError, "scan after a power loss (%v): %v", mode, err)
+	}
+	if ro && !maps.Equal(roState, got) {
+		return r.fail(ClassReadOnly, "after a power loss (%v) the read-only Open showed another state than the writable Open after it:%s", mode, diff(roState, got))
 	}
 	hi := at.committed
 	if at.inflight {
