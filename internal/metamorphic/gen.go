@@ -147,7 +147,6 @@ type gen struct {
 	iters    map[int]bool
 	peerSegs int          // peer segments made (their ids are 0..peerSegs-1)
 	imported map[int]bool // peer segments imported (Avoid.Reimport)
-	armed    int          // ops left before an armed crash is dropped
 }
 
 const (

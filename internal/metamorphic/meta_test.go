@@ -20,7 +20,7 @@ import (
 //	-seed N     META_SEED      run only seed N (with its option set)
 //	-seeds N    META_SEEDS     how many seeds (default 6)
 //	-first N    META_FIRST     the first seed of the run (default 1)
-//	-ops N      META_OPS       ops per seed (default 800)
+//	-ops N      META_OPS       ops per seed (default 600)
 //	-trace F    META_TRACE     replay the trace file F (a failing run writes one)
 //	-known M    META_KNOWN     "avoid" (default) leaves out the op patterns of known open bugs, "include" does
 //	                           not, "reimport" or "import-unsealed" (or both, comma-separated) avoids those
@@ -101,7 +101,7 @@ func TestMeta(t *testing.T) {
 		return
 	}
 	avoid := avoidSetting(t)
-	ops := int(intSetting(t, "META_OPS", uint64(*flagOps), 800))
+	ops := int(intSetting(t, "META_OPS", uint64(*flagOps), 600))
 	first := intSetting(t, "META_FIRST", *flagFirst, 1)
 	n := intSetting(t, "META_SEEDS", uint64(*flagSeeds), 6)
 	if seed := intSetting(t, "META_SEED", *flagSeed, 0); seed != 0 {

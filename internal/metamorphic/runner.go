@@ -720,7 +720,7 @@ func (r *runner) readOnly() (kv, error) {
 	got, err := readAll(s)
 	if err == nil {
 		if werr := s.Put([]byte("x"), nil); !errors.Is(werr, segstore.ErrReadOnly) {
-			err = fmt.Errorf("Put on a read-only store: %v, want ErrReadOnly", werr)
+			err = fmt.Errorf("read-only store: Put returned %v, want ErrReadOnly", werr)
 		}
 	}
 	if cerr := s.Close(); err == nil {
