@@ -18,5 +18,10 @@
 // variables, is in meta_test.go; docs/RELIABILITY.md ("Metamorphic test")
 // has the figures of the latest long run.
 //
+// The peer is a second store with a vfs.Mem of its own; a follower
+// (Store.Follow, issue 28) fits the same way: a third instance whose
+// expected state after a Follow to the leader's ManifestSeq is the model's
+// state at that commit, and whose crashes take images of its own Mem.
+//
 // Everything here is test support: no production code imports it.
 package metamorphic
