@@ -173,10 +173,12 @@ func (m *model) seal() {
 	m.setDurable()
 }
 
-// imports records an Import of segs (in stream order) and returns how
+// importSegs records an Import of segs (in stream order) and returns how
 // many the store must adopt: a stream whose digest was adopted before
 // (or earlier in the batch) changes nothing; the others go above every
-// sealed segment and below the live file. Requires liveKnown.
+// sealed segment and below the live file's writes. An import that adopts
+// something is a durable point: its commit seals (and so syncs) the live
+// file's writes above the imported segments. Requires liveKnown.
 func (m *model) importSegs(segs []*peerSeg) int {
 	c := m.cur()
 	adopted := maps.Clone(c.adopted)
@@ -190,12 +192,27 @@ func (m *model) importSegs(segs []*peerSeg) int {
 		replay(sealed, s.ops)
 		n++
 	}
-	m.sealed = sealed
+	if n == 0 {
+		// Nothing adopted, nothing committed: not a durable point either
+		// (the unsynced writes before it may still be lost, as a suffix).
+		return 0
+	}
 	st := maps.Clone(sealed)
 	replay(st, m.live)
 	m.push(histEntry{st: st, adopted: adopted})
-	m.setDurable() // an import syncs the live file before its commit
+	// The import's commit seals the live file's writes above the imported
+	// segments (docs/SYNC.md): all of it is sealed now, and durable.
+	m.seal()
 	return n
+}
+
+// sealedNow records a seal the store made inside an acknowledged write (a
+// range drop seals the live file, which holds the tombstone, in the
+// commit that drops the segments it covers).
+func (m *model) sealedNow() {
+	m.sealed = m.cur().st
+	m.live = nil
+	m.liveBytes = 0
 }
 
 // rollback makes state i (found after a crash) the current one.

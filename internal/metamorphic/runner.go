@@ -325,11 +325,17 @@ func (r *runner) closeReaders() {
 }
 
 func (r *runner) writeOp(ops []BatchOp, do func() error) *Failure {
+	seals := r.s.Metrics().Seals
 	r.begin()
 	if err := do(); err != nil {
 		return r.fail(ClassOpError, "%v", err)
 	}
 	r.m.write(ops)
+	if r.m.liveKnown && r.s.Metrics().Seals != seals {
+		// Not an automatic seal (liveKnown says the live file is far from
+		// SegmentSize): a range drop sealed the live file with this write.
+		r.m.sealedNow()
+	}
 	if r.sab == sabotageAllDurable {
 		r.m.setDurable()
 	}
