@@ -839,7 +839,7 @@ func (r *runner) crash(img *vfs.Mem, at progress, mode vfs.CrashMode, ro bool) *
 	if match < at.committed {
 		r.stats.CrashBack++
 	}
-	r.m.rollback(match)
+	r.m.rollback(match, lo, hi)
 	r.end()
 	if f := r.pointCompare(r.m.cur().st, fmt.Sprintf("after a power loss (%v)", mode)); f != nil {
 		return f
@@ -908,14 +908,25 @@ func (r *runner) importOp(op Op) *Failure {
 		r.end()
 		r.stats.ImplicitSeals++
 	}
+	present := map[uint64]bool{}
+	for _, sg := range r.s.Segments() {
+		present[sg.Digest] = true
+	}
 	r.begin()
 	infos, err := r.s.Import(r.ctx, streams...)
 	if err != nil {
 		return r.fail(ClassOpError, "Import: %v", err)
 	}
-	want := r.m.importSegs(segs)
+	added := map[uint64]bool{}
+	for _, in := range infos {
+		added[in.Digest] = true
+	}
+	want, merr := r.m.importSegs(segs, added, present)
 	r.end()
 	r.stats.ImportedSegs += len(infos)
+	if merr != nil {
+		return r.fail(ClassImportCount, "%v", merr)
+	}
 	if len(infos) != want {
 		return r.fail(ClassImportCount, "Import of %d streams adopted %d segments, want %d (a stream already adopted must change nothing)",
 			len(segs), len(infos), want)
