@@ -98,3 +98,29 @@ func TestGeneratorCoverage(t *testing.T) {
 		}
 	}
 }
+
+// A stream whose adoption a power loss left unknown is resolved by the
+// next import of it, and stays adopted after: an import that adopts
+// nothing must keep what it resolved.
+func TestModelMaybeAdoption(t *testing.T) {
+	m := newModel(RandomConfig(1, 0, Avoid{}))
+	seg := &peerSeg{ops: []BatchOp{{Kind: OpPut, Key: []byte("a"), Val: []byte("1")}}, digest: 7}
+	e := m.cur()
+	m.hist[len(m.hist)-1] = histEntry{st: e.st, adopted: e.adopted, maybe: map[uint64]bool{7: true}}
+	if n, err := m.importSegs([]*peerSeg{seg}, map[uint64]bool{}, nil); n != 0 || err != nil {
+		t.Fatalf("the store skipped the stream: want %d, %v; want 0, nil", n, err)
+	}
+	if n, err := m.importSegs([]*peerSeg{seg}, map[uint64]bool{}, nil); n != 0 || err != nil {
+		t.Fatalf("re-import: want %d, %v; want 0, nil", n, err)
+	}
+	// A store that adopted it again fails the runner's count check.
+	if n, err := m.importSegs([]*peerSeg{seg}, map[uint64]bool{7: true}, nil); n != 0 || err != nil {
+		t.Fatalf("re-import: want %d, %v; want 0, nil", n, err)
+	}
+	if _, err := m.importSegs(nil, map[uint64]bool{8: true}, nil); err == nil {
+		t.Fatal("a store that adopts a stream never given must fail the model")
+	}
+	if len(m.cur().st) != 0 {
+		t.Fatalf("state %v, want empty", m.cur().st)
+	}
+}

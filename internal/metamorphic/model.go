@@ -218,7 +218,7 @@ func (m *model) importSegs(segs []*peerSeg, added, present map[uint64]bool) (wan
 	if want == 0 {
 		// Nothing adopted, nothing committed: not a durable point either
 		// (the unsynced writes before it may still be lost, as a suffix).
-		m.push(histEntry{st: c.st, adopted: c.adopted, maybe: maybe})
+		m.push(histEntry{st: c.st, adopted: adopted, maybe: maybe})
 		return 0, nil
 	}
 	st := maps.Clone(sealed)

@@ -219,7 +219,7 @@ func (o Op) String() string {
 	case OpCrashArm:
 		return fmt.Sprintf("crash-arm(%v at barrier event %d, rand=%d); %sOpen()", o.Mode, o.K, o.Rand, roString(o.ReadOnly))
 	case OpPeerSegment:
-		return "peer: Apply" + batchString(o.Batch) + "; Seal()"
+		return fmt.Sprintf("peer segment %d: Apply%s; Seal()", o.Slot, batchString(o.Batch))
 	case OpImport:
 		return fmt.Sprintf("Import(peer segments %v)", o.Peer)
 	case OpExport:
