@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	_ "math/rand/v2"
+	"maps"
+	"math/rand/v2"
 	"os"
 	_ "runtime"
 	"slices"
@@ -18,7 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	_ "github.com/segkv/segkv/internal/testutil"
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -364,4 +365,259 @@ func TestBreakFollowGarbageChanges(t *testing.T) {
 	require.NoError(t, follower.Follow(context.Background(), good, plain))
 	require.Equal(t, dumpStore(t, leader), dumpStore(t, follower))
 	require.NoError(t, follower.Check())
+}
+
+// bfFaultScenario is an operation run on a store image, with the reads
+// before it (old) and after it (new).
+type bfFaultScenario struct {
+	base *vfs.Mem // a cleanly closed store at dir
+	dir  string
+	opts func(vfs.FS) *Options
+	run  func(s *Store) error
+	// old and new: what the store reads before and after run.
+	old, new map[string]string
+	// isNew says which of the two a store shows (by FollowedSeq, ...), and
+	// may check more; got is its contents.
+	isNew func(t *testing.T, s *Store, got map[string]string) bool
+	// sealedOld, if not nil, is what the sealed set alone read before run;
+	// after a successful run the sealed set alone must read new.
+	sealedOld map[string]string
+	// again, if not nil, is another state run may end in when run again on
+	// a reopened image (an import over writes that recovery sealed).
+	again map[string]string
+}
+
+var bfFaultOps = []vfs.Op{vfs.OpWrite, vfs.OpFileSync, vfs.OpDirSync, vfs.OpCreate, vfs.OpRemove,
+	vfs.OpRead, vfs.OpOpen, vfs.OpTruncate, vfs.OpPreallocate, vfs.OpRename}
+
+// bfCountOps runs sc once without faults and returns how many operations
+// of each kind run made.
+func bfCountOps(t *testing.T, sc *bfFaultScenario) map[vfs.Op]int64 {
+	img := sc.base.CrashClone(vfs.CrashDropUnsynced, rand.New(rand.NewPCG(1, 1)))
+	fty := vfs.NewFaulty(img)
+	s, err := openGated(sc.dir, sc.opts(fty))
+	require.NoError(t, err)
+	before := fty.Stats().Seen
+	require.NoError(t, sc.run(s.Store))
+	after := fty.Stats().Seen
+	got := dumpStore(t, s.Store)
+	require.Equal(t, sc.new, got)
+	require.True(t, sc.isNew(t, s.Store, got))
+	if sc.sealedOld != nil {
+		require.Equal(t, sc.new, bfSealedOnly(t, s.Store), "the sealed set alone reads the new state")
+	}
+	require.NoError(t, s.closeAll())
+	out := map[vfs.Op]int64{}
+	for _, o := range bfFaultOps {
+		out[o] = after[o] - before[o]
+	}
+	return out
+}
+
+// bfCheckImage opens img and requires the old or the new state, whole,
+// with nothing left over; then it runs the operation again, which must end
+// in the new state.
+func bfCheckImage(t *testing.T, sc *bfFaultScenario, img *vfs.Mem, label string) {
+	t.Helper()
+	s, err := openGated(sc.dir, sc.opts(img))
+	require.NoError(t, err, label)
+	got := dumpStore(t, s.Store)
+	if sc.isNew(t, s.Store, got) {
+		require.Equal(t, sc.new, got, "%s: reopened as the new state", label)
+	} else {
+		require.Equal(t, sc.old, got, "%s: reopened as the old state", label)
+	}
+	orph, err := orphans(img, s.Store)
+	require.NoError(t, err, label)
+	require.Empty(t, orph, label)
+	require.NoError(t, s.Check(), label)
+	s.release()
+	require.NoError(t, sc.run(s.Store), "%s: the operation again", label)
+	if got := dumpStore(t, s.Store); sc.again == nil || !maps.Equal(got, sc.again) {
+		require.Equal(t, sc.new, got, "%s: after the operation again", label)
+	}
+	require.NoError(t, s.Close(), label)
+}
+
+// bfRunFaults fails, one at a time, every operation of every kind that
+// sc.run makes, and checks the outcome: an error with nothing changed, or
+// ErrFailed, or success with the new state; and that a reopen (clean, and
+// after a power cut right after the failure) shows the old or the new
+// state whole.
+func bfRunFaults(t *testing.T, sc *bfFaultScenario) {
+	counts := bfCountOps(t, sc)
+	t.Logf("operations of the run: %v", counts)
+	rng := rand.New(rand.NewPCG(7, 7))
+	modes := testutil.CrashModes()
+	k := 0
+	for _, o := range bfFaultOps {
+		for n := int64(1); n <= counts[o]; n++ {
+			k++
+			label := fmt.Sprintf("%v #%d", o, n)
+			img := sc.base.CrashClone(vfs.CrashDropUnsynced, rng)
+			fty := vfs.NewFaulty(img)
+			s, err := openGated(sc.dir, sc.opts(fty))
+			require.NoError(t, err, label)
+			require.NoError(t, fty.Inject(vfs.Fault{Op: o, Nth: n}), label)
+			runErr := sc.run(s.Store)
+			fty.Clear()
+			got := dumpStore(t, s.Store)
+			switch {
+			case runErr == nil:
+				require.Equal(t, sc.new, got, "%s: succeeded", label)
+				require.True(t, sc.isNew(t, s.Store, got), label)
+				if sc.sealedOld != nil {
+					require.Equal(t, sc.new, bfSealedOnly(t, s.Store), "%s: the sealed set alone", label)
+				}
+			case errors.Is(runErr, ErrFailed):
+				// The store stopped; the reopen below says what it holds.
+			default:
+				require.Equal(t, sc.old, got, "%s: refused (%v) with nothing changed", label, runErr)
+				require.False(t, sc.isNew(t, s.Store, got), "%s: refused (%v)", label, runErr)
+				require.NoError(t, s.Store.failed(), "%s: an error that is not ErrFailed leaves the store working", label)
+				if sc.sealedOld != nil {
+					require.Equal(t, sc.sealedOld, bfSealedOnly(t, s.Store), "%s: the sealed set alone", label)
+				}
+			}
+			cut := img.CrashClone(modes[k%len(modes)], rng)
+			s.closeAll()
+			bfCheckImage(t, sc, img, label+" reopened")
+			bfCheckImage(t, sc, cut, fmt.Sprintf("%s power cut (%v)", label, modes[k%len(modes)]))
+		}
+	}
+	require.Greater(t, k, 10)
+}
+
+// bfCrashEverySync takes a power-cut image before and after every sync
+// of one fault-free run of sc, in every crash mode; each opens to the old
+// or the new state, whole, with nothing left over, and the operation run
+// again from there ends in the new state.
+func bfCrashEverySync(t *testing.T, sc *bfFaultScenario) {
+	img := sc.base.CrashClone(vfs.CrashDropUnsynced, rand.New(rand.NewPCG(3, 3)))
+	s, err := openGated(sc.dir, sc.opts(img))
+	require.NoError(t, err)
+	rec := testutil.NewCrashRecorder(img, rand.New(rand.NewPCG(4, 4)))
+	img.SetSyncHook(rec.Hook)
+	require.NoError(t, sc.run(s.Store))
+	img.SetSyncHook(nil)
+	require.Equal(t, sc.new, dumpStore(t, s.Store))
+	require.NoError(t, s.closeAll())
+	points := rec.Points()
+	require.GreaterOrEqual(t, len(points), 4)
+	for _, p := range points {
+		bfCheckImage(t, sc, p.FS, p.Label)
+	}
+}
+
+// bfFollowScenario: a follower that mirrors a leader of four segments
+// follows it again after a range drop, new seals and a merge on the
+// leader (additions, removals, a merge output).
+func bfFollowScenario(t *testing.T) *bfFaultScenario {
+	leader := mustOpen(t, "/l", unmergedOpts(vfs.NewMem()))
+	t.Cleanup(func() { leader.Close() })
+	for i := range 4 {
+		bfPut(t, leader, fmt.Sprintf("k%d", i), "v1", fmt.Sprintf("k%d-b", i), "v1")
+		require.NoError(t, leader.Seal())
+	}
+	fmem := vfs.NewMem()
+	fopts := func(fsys vfs.FS) *Options {
+		return &Options{FS: fsys, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
+	}
+	follower := mustOpen(t, "/f", fopts(fmem))
+	ch1 := syncFollower(t, leader, follower)
+	old := dumpStore(t, follower)
+	require.NoError(t, follower.Close())
+
+	require.NoError(t, leader.DeleteRange([]byte("k1"), []byte("k1-c"))) // drops k1's segment
+	bfPut(t, leader, "k0", "v2", "k5", "v2")
+	require.NoError(t, leader.Seal())
+	bfPut(t, leader, "k6", "v3")
+	require.NoError(t, leader.Seal())
+	require.NoError(t, leader.Compact(context.Background()))
+	bfPut(t, leader, "k7", "v4")
+	require.NoError(t, leader.Seal())
+	ch2 := leader.ChangesSince(ch1.Seq)
+	require.True(t, ch2.Complete)
+	require.NotEmpty(t, ch2.Removed)
+	return &bfFaultScenario{
+		base: fmem, dir: "/f", opts: fopts,
+		run: func(s *Store) error {
+			if s.FollowedSeq() == ch2.Seq {
+				return nil
+			}
+			return s.Follow(context.Background(), ch2, leaderOpen(leader, nil))
+		},
+		old: old, new: dumpStore(t, leader),
+		isNew: func(t *testing.T, s *Store, got map[string]string) bool {
+			switch s.FollowedSeq() {
+			case ch1.Seq:
+				return false
+			case ch2.Seq:
+				return true
+			}
+			t.Fatalf("FollowedSeq %d is neither %d nor %d", s.FollowedSeq(), ch1.Seq, ch2.Seq)
+			return false
+		},
+	}
+}
+
+// bfImportScenario: an import beneath unsealed writes (a put that shadows
+// an imported key, a delete of one), which its commit seals above it.
+func bfImportScenario(t *testing.T, mode SyncMode) *bfFaultScenario {
+	peer := mustOpen(t, "/p", unmergedOpts(vfs.NewMem()))
+	defer peer.Close()
+	bfPut(t, peer, "a", "peer", "b", "peer", "c", "peer")
+	stream := exportNewest(t, peer)
+	mem := vfs.NewMem()
+	opts := func(fsys vfs.FS) *Options {
+		return &Options{FS: fsys, SegmentSize: 64 << 10, Sync: mode, Merge: MergeOptions{Disable: true}}
+	}
+	s := mustOpen(t, "/s", opts(mem))
+	bfPut(t, s, "a", "old", "b", "old", "d", "old")
+	require.NoError(t, s.Seal())
+	bfPut(t, s, "a", "live", "e", "live") // shadows the peer's a
+	require.NoError(t, s.Delete([]byte("c")))
+	old := dumpStore(t, s)
+	sealedOld := bfSealedOnly(t, s)
+	require.NoError(t, s.Close())
+	return &bfFaultScenario{
+		base: mem, dir: "/s", opts: opts,
+		run: func(s *Store) error {
+			_, err := s.Import(context.Background(), bytes.NewReader(stream))
+			return err
+		},
+		old: old, new: map[string]string{"a": "live", "b": "peer", "d": "old", "e": "live"}, sealedOld: sealedOld,
+		// After a failure at or after the seal's switch, the next Open
+		// seals the live file; an import run again then lands above those
+		// writes (imports shadow sealed data, not live writes).
+		again: map[string]string{"a": "peer", "b": "peer", "c": "peer", "d": "old", "e": "live"},
+		isNew: func(t *testing.T, s *Store, got map[string]string) bool { return got["b"] == "peer" },
+	}
+}
+
+// TestBreakFollowFaultEveryOp: one I/O error at every operation of a
+// Follow that adds, reorders and removes segments.
+func TestBreakFollowFaultEveryOp(t *testing.T) {
+	bfRunFaults(t, bfFollowScenario(t))
+}
+
+// TestBreakFollowCrashEverySync: a power cut at every sync of that Follow.
+func TestBreakFollowCrashEverySync(t *testing.T) {
+	bfCrashEverySync(t, bfFollowScenario(t))
+}
+
+// TestBreakImportLiveFaultEveryOp: one I/O error at every operation of an
+// Import beneath unsealed writes, under SyncAlways and SyncManual.
+func TestBreakImportLiveFaultEveryOp(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncManual} {
+		t.Run(mode.String(), func(t *testing.T) { bfRunFaults(t, bfImportScenario(t, mode)) })
+	}
+}
+
+// TestBreakImportLiveCrashEverySync: a power cut at every sync of that
+// Import.
+func TestBreakImportLiveCrashEverySync(t *testing.T) {
+	for _, mode := range []SyncMode{SyncAlways, SyncManual} {
+		t.Run(mode.String(), func(t *testing.T) { bfCrashEverySync(t, bfImportScenario(t, mode)) })
+	}
 }
