@@ -9,13 +9,13 @@ import (
 	"maps"
 	"math/rand/v2"
 	"os"
-	_ "runtime"
+	"runtime"
 	"slices"
 	"strings"
-	_ "sync"
+	"sync"
 	"sync/atomic"
 	"testing"
-	_ "time"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -620,4 +620,189 @@ func TestBreakImportLiveCrashEverySync(t *testing.T) {
 	for _, mode := range []SyncMode{SyncAlways, SyncManual} {
 		t.Run(mode.String(), func(t *testing.T) { bfCrashEverySync(t, bfImportScenario(t, mode)) })
 	}
+}
+
+// bfWatchdog fails the test with every goroutine's stack if done is not
+// closed within d: a hang is a bug.
+func bfWatchdog(t *testing.T, d time.Duration, done <-chan struct{}) {
+	go func() {
+		select {
+		case <-done:
+		case <-time.After(d):
+			buf := make([]byte, 8<<20)
+			n := runtime.Stack(buf, true)
+			fmt.Fprintf(os.Stderr, "HANG after %v; goroutines:\n%s\n", d, buf[:n])
+			panic("break_follow: hang")
+		}
+	}()
+}
+
+// bfAllowed reports whether err is an outcome a racing call may have.
+func bfAllowed(err error, also ...error) bool {
+	if err == nil {
+		return true
+	}
+	for _, e := range append([]error{ErrDiverged, ErrNoSegment, ErrClosed, context.Canceled}, also...) {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestBreakFollowEverythingAtOnce: on one store, from many goroutines,
+// Put, DeleteRange (dropping whole segments under SyncAlways), Seal,
+// Compact, Import, ReplaceAll, NewSealedSnapshot and Follow (refused:
+// ErrDiverged); meanwhile a follower follows it (ChangesSince racing its
+// merges) and a second follower follows the follower. Then Close races
+// all of it. No deadlock (a watchdog dumps the goroutines), no error but
+// the allowed ones, and afterwards both followers read exactly what the
+// store reads, and the store reopens and checks clean.
+func TestBreakFollowEverythingAtOnce(t *testing.T) {
+	for round := range 3 {
+		t.Run(fmt.Sprint(round), func(t *testing.T) { bfEverythingAtOnce(t, uint64(round), round == 2) })
+	}
+}
+
+// bfEverythingAtOnce: with closeEarly, Close races the workers.
+func bfEverythingAtOnce(t *testing.T, seed uint64, closeEarly bool) {
+	peer := mustOpen(t, "/p", unmergedOpts(vfs.NewMem()))
+	var streams [][]byte
+	for i := range 4 {
+		bfPut(t, peer, fmt.Sprintf("key-%03d", i*7), fmt.Sprintf("peer%d", i), fmt.Sprintf("key-%03d", i*7+1), "peer")
+		if i == 2 {
+			require.NoError(t, peer.DeleteRange([]byte("key-010"), []byte("key-020")))
+		}
+		streams = append(streams, exportNewest(t, peer))
+	}
+	require.NoError(t, peer.Close())
+
+	mem := vfs.NewMem()
+	opts := &Options{FS: mem, SegmentSize: 4 << 10, Merge: MergeOptions{MaxStepBytes: 8192}}
+	s := mustOpen(t, "/s", opts)
+	f1 := mustOpen(t, "/f1", &Options{FS: vfs.NewMem(), SegmentSize: 4 << 10})
+	defer f1.Close()
+	f2 := mustOpen(t, "/f2", &Options{FS: vfs.NewMem(), SegmentSize: 4 << 10})
+	defer f2.Close()
+
+	done := make(chan struct{})
+	bfWatchdog(t, 60*time.Second, done)
+	defer close(done)
+
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	errs := make(chan error, 100)
+	report := func(what string, err error, also ...error) {
+		if !bfAllowed(err, also...) {
+			select {
+			case errs <- fmt.Errorf("%s: %w", what, err):
+			default:
+			}
+		}
+	}
+	round := seed
+	worker := func(seed uint64, fn func(rng *rand.Rand)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rng := rand.New(rand.NewPCG(seed, 9+round))
+			for i := 0; i < 60 && !stop.Load(); i++ {
+				fn(rng)
+			}
+		}()
+	}
+	for w := range 3 {
+		worker(uint64(w), func(rng *rand.Rand) {
+			report("apply", applyOps(s, randomOps(rng, 1+rng.IntN(5), 40)))
+		})
+	}
+	worker(10, func(rng *rand.Rand) {
+		lo := rng.IntN(40)
+		report("delete range", s.DeleteRange(fmt.Appendf(nil, "key-%03d", lo), fmt.Appendf(nil, "key-%03d", lo+rng.IntN(8))))
+	})
+	worker(11, func(rng *rand.Rand) { report("seal", s.Seal()) })
+	worker(12, func(rng *rand.Rand) { report("compact", s.Compact(context.Background())) })
+	worker(13, func(rng *rand.Rand) {
+		_, err := s.Import(context.Background(), bytes.NewReader(streams[rng.IntN(len(streams))]), bytes.NewReader(streams[rng.IntN(len(streams))]))
+		report("import", err)
+	})
+	worker(14, func(rng *rand.Rand) {
+		if rng.IntN(4) != 0 {
+			return
+		}
+		sn, err := s.NewSealedSnapshot()
+		if err != nil {
+			report("snapshot", err)
+			return
+		}
+		defer sn.Close()
+		var segs []ReplaceSegment
+		for _, in := range sn.Segments() {
+			var buf bytes.Buffer
+			if _, err := sn.Export(context.Background(), in.ID, &buf); err != nil {
+				report("snapshot export", err)
+				return
+			}
+			segs = append(segs, ReplaceSegment{Digest: in.Digest, Size: in.Size, Data: &buf})
+		}
+		_, err = s.ReplaceAll(context.Background(), segs)
+		report("replace all", err)
+	})
+	worker(15, func(rng *rand.Rand) {
+		err := s.Follow(context.Background(), f1.ChangesSince(s.FollowedSeq()), leaderOpen(f1, nil))
+		report("follow on a store of its own", err, ErrFollowGap)
+	})
+	var follows atomic.Int64
+	// f1 changes only by its Follows (its merges leave mirrored segments
+	// alone), one at a time: what it reads at each of its seqs.
+	var histMu sync.Mutex
+	hist := map[uint64]map[string]string{f1.ManifestSeq(): {}}
+	follow := func(from, to *Store) {
+		ch := from.ChangesSince(to.FollowedSeq())
+		err := to.Follow(context.Background(), ch, leaderOpen(from, nil))
+		report("follow", err)
+		if err != nil {
+			return
+		}
+		follows.Add(1)
+		got := dumpStore(t, to)
+		histMu.Lock()
+		defer histMu.Unlock()
+		if to == f1 {
+			hist[f1.ManifestSeq()] = got
+		} else if want, ok := hist[ch.Seq]; ok && !maps.Equal(want, got) {
+			report("chain", fmt.Errorf("f2 at f1's seq %d reads %v, f1 read %v", ch.Seq, got, want))
+		}
+	}
+	worker(16, func(rng *rand.Rand) { follow(s, f1) })
+	worker(17, func(rng *rand.Rand) { follow(f1, f2) })
+	if closeEarly {
+		time.Sleep(20 * time.Millisecond)
+		require.NoError(t, s.Close())
+		stop.Store(true)
+	}
+	worker(18, func(rng *rand.Rand) { report("compact follower", f1.Compact(context.Background())) })
+
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	require.Positive(t, follows.Load())
+	if closeEarly {
+		s = mustOpen(t, "/s", opts)
+	}
+
+	require.NoError(t, s.Seal())
+	syncFollower(t, s, f1)
+	syncFollower(t, f1, f2)
+	want := dumpStore(t, s)
+	require.Equal(t, want, dumpStore(t, f1))
+	require.Equal(t, want, dumpStore(t, f2))
+	require.NoError(t, f1.Check())
+	require.NoError(t, f2.Check())
+	checkAndClose(t, s)
+	s = mustOpen(t, "/s", opts)
+	require.Equal(t, want, dumpStore(t, s))
+	checkAndClose(t, s)
 }
