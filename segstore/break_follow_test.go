@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/segkv/segkv/internal/testutil"
+	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 )
 
@@ -805,4 +806,100 @@ func bfEverythingAtOnce(t *testing.T, seed uint64, closeEarly bool) {
 	s = mustOpen(t, "/s", opts)
 	require.Equal(t, want, dumpStore(t, s))
 	checkAndClose(t, s)
+}
+
+// TestBreakFollowerFilesTamperedBetweenFollows: between two Follows, a
+// follower's directory loses a mirrored segment's index, has an index
+// garbled, gains stray files; each reopen reads exactly the mirror and the
+// next Follow ends exact. A lost or renamed data file is refused at Open
+// (or reads fail): never a silent wrong answer.
+func TestBreakFollowerFilesTamperedBetweenFollows(t *testing.T) {
+	leader := mustOpen(t, "/l", unmergedOpts(vfs.NewMem()))
+	defer leader.Close()
+	fmem := vfs.NewMem()
+	fopts := &Options{FS: fmem, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
+	follower := mustOpen(t, "/f", fopts)
+	step := 0
+	grow := func() {
+		step++
+		bfPut(t, leader, fmt.Sprintf("k%d", step), fmt.Sprintf("v%d", step), "shared", fmt.Sprintf("v%d", step))
+		require.NoError(t, leader.Seal())
+	}
+	for range 3 {
+		grow()
+	}
+	syncFollower(t, leader, follower)
+	segs := follower.Segments()
+	require.Len(t, segs, 3)
+	require.NoError(t, follower.Close())
+
+	idxOf := func(id uint64) string { return "/f/" + segment.IndexName(id) }
+	reopen := func(what string) {
+		follower = mustOpen(t, "/f", fopts)
+		require.Equal(t, dumpStore(t, leader), dumpStore(t, follower), what)
+		grow()
+		syncFollower(t, leader, follower)
+		require.Equal(t, dumpStore(t, leader), dumpStore(t, follower), what+", then a Follow")
+		require.NoError(t, follower.Check(), what)
+		require.NoError(t, follower.Close())
+	}
+	// A lost index.
+	require.NoError(t, fmem.Remove(idxOf(segs[1].ID)))
+	reopen("an index removed")
+	// A garbled index.
+	b, err := fmem.ReadFile(idxOf(segs[0].ID))
+	require.NoError(t, err)
+	b[len(b)/2] ^= 0xff
+	require.NoError(t, fmem.WriteFile(idxOf(segs[0].ID), b))
+	reopen("an index garbled")
+	// An index swapped for another segment's.
+	b, err = fmem.ReadFile(idxOf(segs[2].ID))
+	require.NoError(t, err)
+	require.NoError(t, fmem.WriteFile(idxOf(segs[1].ID), b))
+	reopen("an index of another segment")
+	// Stray files: a copy of a segment under a fresh id, an index of no
+	// segment.
+	data, err := fmem.ReadFile(bfDataName(t, fmem, "/f", segs[0].ID))
+	require.NoError(t, err)
+	require.NoError(t, fmem.WriteFile("/f/"+segment.DataName(900, segment.KindSeg), data))
+	require.NoError(t, fmem.WriteFile(idxOf(901), []byte("junk")))
+	reopen("stray files")
+
+	// A mirrored data file removed: refused, or reads fail; never a
+	// silently missing key.
+	follower = mustOpen(t, "/f", fopts)
+	segs = follower.Segments()
+	require.NoError(t, follower.Close())
+	require.NoError(t, fmem.Remove(bfDataName(t, fmem, "/f", segs[1].ID)))
+	s, err := Open("/f", fopts)
+	if err == nil {
+		defer s.Close()
+		_, gerr := s.Get([]byte("shared"))
+		if gerr == nil {
+			it, ierr := s.NewIterator(nil)
+			require.NoError(t, ierr)
+			for ok := it.First(); ok; ok = it.Next() {
+			}
+			gerr = it.Err()
+			it.Close()
+		}
+		require.Error(t, gerr, "a store missing a mirrored data file reads on as if nothing were missing")
+		return
+	}
+	t.Logf("open refused: %v", err)
+	require.ErrorIs(t, err, ErrCorrupt)
+}
+
+// bfDataName finds the data file of segment id in dir.
+func bfDataName(t *testing.T, fsys vfs.FS, dir string, id uint64) string {
+	t.Helper()
+	names, err := fsys.List(dir)
+	require.NoError(t, err)
+	for _, n := range names {
+		if strings.HasPrefix(n, fmt.Sprintf("%016x.", id)) && n != segment.IndexName(id) {
+			return dir + "/" + n
+		}
+	}
+	t.Fatalf("no data file of %d in %s", id, dir)
+	return ""
 }
