@@ -903,3 +903,89 @@ func bfDataName(t *testing.T, fsys vfs.FS, dir string, id uint64) string {
 	t.Fatalf("no data file of %d in %s", id, dir)
 	return ""
 }
+
+// TestBreakEveryCommitIsARealState: a follower follows a store after every
+// step of a random workload, at any point (unsealed writes included):
+// range deletes that drop whole segments under SyncAlways, imports beneath
+// unsealed writes, seals, merges, manifest checkpoints, ReplaceAll. The
+// follower reads the store's sealed set alone, which must always be a
+// state the store showed, never older than the last one it showed (so its
+// history only moves forward), and exactly the store's state right after a
+// seal, an import beneath writes or a range drop that dropped segments.
+func TestBreakEveryCommitIsARealState(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) {
+			rng := rand.New(rand.NewPCG(seed, 77))
+			peer := mustOpen(t, "/p", unmergedOpts(vfs.NewMem()))
+			defer peer.Close()
+			s := mustOpen(t, "/s", &Options{FS: vfs.NewMem(), SegmentSize: 4 << 10, Merge: []MergeOptions{{}, {MaxStepBytes: 4096, KeepWriteOrder: true}, {Disable: true}}[seed]})
+			defer s.Close()
+			f := mustOpen(t, "/f", &Options{FS: vfs.NewMem(), SegmentSize: 4 << 10})
+			defer f.Close()
+			const keySpace = 40
+			var history []map[string]string
+			last := 0
+			history = append(history, map[string]string{})
+			for step := range 150 {
+				exact := false
+				switch r := rng.IntN(100); {
+				case r < 50:
+					require.NoError(t, applyOps(s, randomOps(rng, 1+rng.IntN(4), keySpace)))
+				case r < 62:
+					lo := rng.IntN(keySpace)
+					segs := len(s.Segments())
+					rem := s.Metrics().RangeDropped
+					require.NoError(t, s.DeleteRange(fmt.Appendf(nil, "key-%03d", lo), fmt.Appendf(nil, "key-%03d", lo+rng.IntN(15))))
+					exact = s.Metrics().RangeDropped > rem && len(s.Segments()) <= segs
+				case r < 72:
+					require.NoError(t, s.Seal())
+					exact = true
+				case r < 78:
+					require.NoError(t, s.Compact(context.Background()))
+				case r < 88:
+					require.NoError(t, applyOps(peer, randomOps(rng, 1+rng.IntN(6), keySpace)))
+					if rng.IntN(3) == 0 {
+						lo := rng.IntN(keySpace)
+						require.NoError(t, peer.DeleteRange(fmt.Appendf(nil, "key-%03d", lo), fmt.Appendf(nil, "key-%03d", lo+5)))
+					}
+					_, err := s.Import(context.Background(), bytes.NewReader(exportNewest(t, peer)))
+					require.NoError(t, err)
+					exact = true
+				case r < 92:
+					require.NoError(t, s.mlog.Checkpoint())
+				case r < 94:
+					sn, err := peer.NewSealedSnapshot()
+					require.NoError(t, err)
+					var segs []ReplaceSegment
+					for _, in := range sn.Segments() {
+						var buf bytes.Buffer
+						_, err := sn.Export(context.Background(), in.ID, &buf)
+						require.NoError(t, err)
+						segs = append(segs, ReplaceSegment{Digest: in.Digest, Size: in.Size, Data: &buf})
+					}
+					_, err = s.ReplaceAll(context.Background(), segs)
+					require.NoError(t, err)
+					require.NoError(t, sn.Close())
+					exact = true
+				}
+				now := dumpStore(t, s)
+				history = append(history, now)
+				syncFollower(t, s, f)
+				got := dumpStore(t, f)
+				if exact {
+					require.Equal(t, now, got, "step %d: the commit just made names the store's state", step)
+				}
+				found := -1
+				for i := last; i < len(history); i++ {
+					if maps.Equal(history[i], got) {
+						found = i
+						break
+					}
+				}
+				require.GreaterOrEqual(t, found, 0, "step %d: the follower reads a state the store never showed (or an older one than before): %v", step, got)
+				last = found
+			}
+			require.NoError(t, f.Check())
+		})
+	}
+}
