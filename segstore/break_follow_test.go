@@ -989,3 +989,162 @@ func TestBreakEveryCommitIsARealState(t *testing.T) {
 		})
 	}
 }
+
+// bfStallReader returns half of data, then waits until the store has begun
+// to close, then returns the rest slowly.
+type bfStallReader struct {
+	data []byte
+	off  int
+	s    *Store
+	hit  chan struct{}
+	once sync.Once
+}
+
+func (r *bfStallReader) Read(p []byte) (int, error) {
+	if r.off >= len(r.data) {
+		return 0, io.EOF
+	}
+	if r.off >= len(r.data)/2 {
+		r.once.Do(func() { close(r.hit) })
+		for !r.s.closed.Load() {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	n := copy(p[:min(len(p), 64)], r.data[r.off:])
+	r.off += n
+	return n, nil
+}
+
+func (r *bfStallReader) Close() error { return nil }
+
+// TestBreakCloseMidFollowAndImport: Close while a Follow, or an Import
+// beneath unsealed writes, is reading its stream. The call ends with
+// ErrClosed, Close returns, and the reopened store shows the state before
+// the call, with no file of the call left behind.
+func TestBreakCloseMidFollowAndImport(t *testing.T) {
+	leader := mustOpen(t, "/l", unmergedOpts(vfs.NewMem()))
+	defer leader.Close()
+	bfPut(t, leader, "a", "1")
+	require.NoError(t, leader.Seal())
+	big := bytes.Repeat([]byte("x"), 1000)
+	for i := range 40 {
+		require.NoError(t, leader.Put(fmt.Appendf(nil, "big%02d", i), big))
+	}
+	require.NoError(t, leader.Seal())
+
+	for _, kind := range []string{"follow", "import"} {
+		t.Run(kind, func(t *testing.T) {
+			mem := vfs.NewMem()
+			opts := &Options{FS: mem, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
+			s := mustOpen(t, "/s", opts)
+			if kind == "follow" {
+				require.NoError(t, s.Follow(context.Background(), leader.ChangesSince(leader.ManifestSeq()+1), leaderOpen(leader, nil)))
+				require.NoError(t, leader.Put([]byte("b"), big))
+				require.NoError(t, leader.Seal())
+			} else {
+				bfPut(t, s, "mine", "1")
+				require.NoError(t, s.Seal())
+				bfPut(t, s, "big00", "live")
+			}
+			before := dumpStore(t, s)
+			fseq := s.FollowedSeq()
+			hit := make(chan struct{})
+			res := make(chan error, 1)
+			go func() {
+				if kind == "follow" {
+					ch := leader.ChangesSince(s.FollowedSeq())
+					res <- s.Follow(context.Background(), ch, func(in SegmentInfo) (io.ReadCloser, error) {
+						return &bfStallReader{data: bfExport(t, leader, in.ID), s: s, hit: hit}, nil
+					})
+					return
+				}
+				segs := leader.Segments()
+				_, err := s.Import(context.Background(), &bfStallReader{data: bfExport(t, leader, segs[len(segs)-1].ID), s: s, hit: hit})
+				res <- err
+			}()
+			<-hit
+			require.NoError(t, s.Close())
+			err := <-res
+			require.ErrorIs(t, err, ErrClosed)
+
+			g, err := openGated("/s", opts)
+			require.NoError(t, err)
+			require.Equal(t, before, dumpStore(t, g.Store))
+			require.Equal(t, fseq, g.FollowedSeq())
+			orph, err := orphans(mem, g.Store)
+			require.NoError(t, err)
+			require.Empty(t, orph)
+			require.NoError(t, g.closeAll())
+		})
+	}
+}
+
+// TestBreakDeleteRangeRacingClose: a DeleteRange under SyncAlways that
+// covers sealed segments whole, racing Close: if it was acknowledged, the
+// reopened store has the range deleted and nothing else lost, whether or
+// not its seal ran.
+func TestBreakDeleteRangeRacingClose(t *testing.T) {
+	for round := range 30 {
+		mem := vfs.NewMem()
+		opts := &Options{FS: mem, SegmentSize: 64 << 10, Merge: MergeOptions{Disable: true}}
+		s := mustOpen(t, "/s", opts)
+		want := map[string]string{}
+		for i := range 6 {
+			k := fmt.Sprintf("k%d", i)
+			bfPut(t, s, k, "v")
+			want[k] = "v"
+			require.NoError(t, s.Seal())
+		}
+		bfPut(t, s, "k9", "live")
+		want["k9"] = "live"
+		res := make(chan error, 1)
+		go func() { res <- s.DeleteRange([]byte("k1"), []byte("k4")) }()
+		if round%2 == 1 {
+			runtime.Gosched()
+		}
+		cerr := s.Close()
+		err := <-res
+		if err == nil {
+			delete(want, "k1")
+			delete(want, "k2")
+			delete(want, "k3")
+		} else {
+			require.ErrorIs(t, err, ErrClosed)
+		}
+		require.NoError(t, cerr)
+		s = mustOpen(t, "/s", opts)
+		require.Equal(t, want, dumpStore(t, s), "round %d (delete range: %v)", round, err)
+		require.Equal(t, want, bfSealedOnlyOrLive(t, s, want), "round %d", round)
+		checkAndClose(t, s)
+	}
+}
+
+// bfSealedOnlyOrLive: the sealed set alone must be a state the store held:
+// here, want or want before the range delete; it returns want when the
+// sealed set reads want, or what it reads.
+func bfSealedOnlyOrLive(t *testing.T, s *Store, want map[string]string) map[string]string {
+	got := bfSealedOnly(t, s)
+	// The live file (k9, perhaps the tombstone) may be unsealed: compare
+	// what the sealed set holds of the sealed keys.
+	delete(got, "k9")
+	w := maps.Clone(want)
+	delete(w, "k9")
+	for _, k := range []string{"k1", "k2", "k3"} {
+		if _, ok := w[k]; !ok {
+			if _, ok := got[k]; ok {
+				// The tombstone is not sealed: then nothing it covers was
+				// dropped either (the sealed set is the state before it).
+				for _, k2 := range []string{"k1", "k2", "k3"} {
+					if _, ok := got[k2]; !ok {
+						t.Fatalf("the sealed set drops %s but keeps %s: a state the store never held: %v", k2, k, got)
+					}
+				}
+				return want
+			}
+		}
+	}
+	if !maps.Equal(got, w) {
+		t.Fatalf("sealed set %v, want %v", got, w)
+	}
+	return want
+}
