@@ -68,6 +68,9 @@ const (
 	flagSetLive     byte = 1 // the edit names the live file
 	flagSetFollowed byte = 2 // the edit records the followed seq (version 3)
 	flagAdopt       byte = 4 // the edit lists adopted digests (version 3)
+	// flagForget: the edit forgets every adopted digest before adopting
+	// its own (version 3): a ReplaceAll starts a new history.
+	flagForget byte = 8
 )
 
 // editFlags are the flag bits of version v.
@@ -75,7 +78,7 @@ func editFlags(v uint32) byte {
 	if v < 3 {
 		return flagSetLive
 	}
-	return flagSetLive | flagSetFollowed | flagAdopt
+	return flagSetLive | flagSetFollowed | flagAdopt | flagForget
 }
 
 // minSegmentSize is the smallest possible encoding of one segment; decoders
@@ -106,6 +109,7 @@ type record struct {
 	setFollowed bool
 	followed    uint64
 	adopt       []uint64 // kindCheckpoint: the adopted digests; kindEdit: those the edit adds
+	forget      bool     // kindEdit: forget the adopted digests first
 	nextID      uint64
 	nextOrder   uint64
 	count       uint64 // kindCheckpoint: segments that follow in kindSegments records
@@ -200,6 +204,9 @@ func appendEdit(b []byte, seq uint64, e *Edit, nextID, nextOrder uint64) []byte 
 	}
 	if len(e.Adopt) > 0 {
 		flags |= flagAdopt
+	}
+	if e.ForgetAdopted {
+		flags |= flagForget
 	}
 	b = append(b, flags)
 	if e.SetLive {
@@ -439,6 +446,7 @@ func decodeRecord(p []byte, version uint32) (record, error) {
 			r.setFollowed = true
 			r.followed = d.uvarint()
 		}
+		r.forget = flags&flagForget != 0
 		r.nextID = d.uvarint()
 		r.nextOrder = d.uvarint()
 		n := d.count(minSegmentSize)

@@ -47,6 +47,8 @@ func (l *Log) CommitEdit(e Edit) (Committed, error) {
 		SetFollowed: e.SetFollowed,
 		Followed:    e.Followed,
 		Adopt:       slices.Clone(e.Adopt),
+
+		ForgetAdopted: e.ForgetAdopted,
 	}
 	for i, m := range e.Add {
 		// Own the keys: the caller may reuse its buffers.
@@ -319,6 +321,9 @@ func (l *Log) apply(e *Edit, seq uint64) {
 	}
 	if e.SetFollowed {
 		l.followed = e.Followed
+	}
+	if e.ForgetAdopted {
+		l.adopted = nil
 	}
 	l.adopt(e.Adopt)
 	l.nextID = max(l.nextID, e.NextID)

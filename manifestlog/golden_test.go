@@ -47,6 +47,7 @@ func goldenHistory(v uint32) (before, after []Edit) {
 		after[0].Add[0].Origin = 1 << 35
 		after[0].SetFollowed, after[0].Followed = true, 1<<34
 		after[1].Adopt = []uint64{seg(5).DataDigest}
+		after[2].ForgetAdopted, after[2].Adopt = true, []uint64{1 << 50}
 	}
 	return before, after
 }
@@ -111,7 +112,7 @@ func TestGolden(t *testing.T) {
 	require.Equal(t, []uint64{4, 5}, sortedIDs(got))
 	require.Equal(t, uint64(4), l.ckptSeq)
 	require.Equal(t, uint64(1<<34), got.Followed)
-	require.Len(t, got.Adopted, 3)
+	require.Equal(t, []uint64{1 << 50}, got.Adopted)
 
 	require.Equal(t, golden, fresh, "the encoder no longer writes the version-%d format byte for byte", Version)
 }
@@ -271,7 +272,7 @@ func FuzzDecodeRecord(f *testing.F) {
 	s := seg(3)
 	f.Add(appendSegments(nil, []*SegmentMeta{&s}))
 	f.Add(editPayload(7, Edit{Add: []SegmentMeta{seg(1)}, Remove: []uint64{2}, SetLive: true, LiveID: 4}))
-	f.Add(editPayload(8, Edit{SetFollowed: true, Followed: 12, Adopt: []uint64{1, 2}}))
+	f.Add(editPayload(8, Edit{SetFollowed: true, Followed: 12, Adopt: []uint64{1, 2}, ForgetAdopted: true}))
 	f.Add(appendActivate(nil, 9))
 	f.Add(appendReplica(nil, 154, [][]byte{appendActivate(nil, 9), editPayload(10, Edit{Remove: []uint64{2}})}))
 	f.Fuzz(func(t *testing.T, p []byte) {
@@ -296,7 +297,7 @@ func FuzzDecodeRecord(f *testing.F) {
 			}
 			again = appendSegments(nil, ptrs)
 		case kindEdit:
-			e := Edit{Add: r.segs, Remove: r.remove, SetLive: r.setLive, LiveID: r.liveID, SetFollowed: r.setFollowed, Followed: r.followed, Adopt: r.adopt}
+			e := Edit{Add: r.segs, Remove: r.remove, SetLive: r.setLive, LiveID: r.liveID, SetFollowed: r.setFollowed, Followed: r.followed, Adopt: r.adopt, ForgetAdopted: r.forget}
 			again = appendEdit(nil, r.seq, &e, r.nextID, r.nextOrder)
 		case kindActivate:
 			again = appendActivate(nil, r.seq)

@@ -66,6 +66,9 @@ func (m *model) apply(e Edit) {
 	if e.SetFollowed {
 		m.st.Followed = e.Followed
 	}
+	if e.ForgetAdopted {
+		m.st.Adopted = nil
+	}
 	m.st.Adopted = append(m.st.Adopted, e.Adopt...)
 	if n := len(m.st.Adopted); n > AdoptedMemory {
 		m.st.Adopted = slices.Clone(m.st.Adopted[n-AdoptedMemory:])
@@ -137,6 +140,9 @@ func (w *workload) edit() Edit {
 		}
 		if w.step%6 == 2 {
 			e.Adopt = []uint64{e.Add[0].DataDigest}
+		}
+		if w.step%13 == 3 {
+			e.ForgetAdopted = true
 		}
 	}
 	e.NextID = w.next + 1

@@ -29,7 +29,8 @@
 //	replica     kind=6 | ...                        (of the backlog and activate)
 //	then, per group commit:
 //	edit+       kind=4 | seq | flags u8 (bit 0: sets the live id; bit 1:
-//	            sets the followed seq; bit 2: adopts digests; other bits 0)
+//	            sets the followed seq; bit 2: adopts digests; bit 3: forgets
+//	            the adopted digests first; other bits 0)
 //	            | [liveID if bit 0] | [followed if bit 1] | nextID | nextOrder
 //	            | nAdd | nAdd x segment | nRemove | nRemove x id
 //	            | [nAdopt (>0) | nAdopt x digest u64 LE if bit 2]
@@ -41,7 +42,7 @@
 //	            | maxKey bytes | addedSeq | origin
 //
 // Version 2 lacks origin, followed, the adopted digests and edit flag bits
-// 1 and 2; this package reads it (as origin 0, followed 0, nothing adopted)
+// 1 to 3; this package reads it (as origin 0, followed 0, nothing adopted)
 // and rewrites it as version 3 before appending.
 //
 // Records state results: an edit's added segment is "this id is live with
@@ -132,6 +133,10 @@ type Edit struct {
 	// them, after the segments themselves are gone, so that a re-run of
 	// the same import can be recognised.
 	Adopt []uint64
+	// ForgetAdopted forgets every remembered adopted digest before Adopt
+	// is applied (a ReplaceAll: the store's state starts over, and an
+	// import of what it held before is not a re-run).
+	ForgetAdopted bool
 }
 
 // State is the set of live segments and the counters.

@@ -447,7 +447,7 @@ func (r *replayer) edit(off int64, rec *record) error {
 		return r.corrupt(off, "edit seq %d follows seq %d (gap or repeat)", rec.seq, cur)
 	}
 	e := Edit{Add: rec.segs, Remove: rec.remove, SetLive: rec.setLive, LiveID: rec.liveID, NextID: rec.nextID, NextOrder: rec.nextOrder,
-		SetFollowed: rec.setFollowed, Followed: rec.followed, Adopt: rec.adopt}
+		SetFollowed: rec.setFollowed, Followed: rec.followed, Adopt: rec.adopt, ForgetAdopted: rec.forget}
 	if err := validateStatic(&e); err != nil {
 		return r.corrupt(off, "edit seq %d: %v", rec.seq, err)
 	}

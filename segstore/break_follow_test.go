@@ -27,15 +27,6 @@ import (
 // Break tests of Follow, Import beneath live writes, the range drop's seal
 // and ChangesSince (2026-12-07 changes).
 
-// knownBug skips a test that reproduces a bug not fixed on this branch,
-// unless SEGKV_BREAK_BUGS=1 (then it runs, and fails until the fix lands).
-func knownBug(t *testing.T, what string) {
-	t.Helper()
-	if os.Getenv("SEGKV_BREAK_BUGS") == "" {
-		t.Skipf("known bug, not fixed here (SEGKV_BREAK_BUGS=1 runs it): %s", what)
-	}
-}
-
 func bfPut(t testing.TB, s *Store, kv ...string) {
 	t.Helper()
 	for i := 0; i+1 < len(kv); i += 2 {
@@ -86,7 +77,6 @@ func bfSealedOnly(t *testing.T, s *Store) map[string]string {
 // an empty store: Follow returns nil and the follower lacks every segment
 // the leader held before.
 func TestBreakFollowResyncAfterReplaceAll(t *testing.T) {
-	knownBug(t, "ReplaceAll keeps Followed (and Origin of kept segments): a re-follow from FollowedSeq misses the leader's older segments")
 	leader := mustOpen(t, "/l", unmergedOpts(vfs.NewMem()))
 	defer leader.Close()
 	follower := mustOpen(t, "/f", unmergedOpts(vfs.NewMem()))
@@ -115,7 +105,6 @@ func TestBreakFollowResyncAfterReplaceAll(t *testing.T) {
 // state of its own; Follow must then refuse (ErrDiverged/ErrFollowGap) or
 // end exact. It returned nil with the leader's segment b missing.
 func TestBreakFollowAfterPartialReplaceAll(t *testing.T) {
-	knownBug(t, "ReplaceAll keeps Followed and Origin: a follower whose ReplaceAll kept a subset of its mirror follows without noticing")
 	leader := mustOpen(t, "/l", unmergedOpts(vfs.NewMem()))
 	defer leader.Close()
 	follower := mustOpen(t, "/f", unmergedOpts(vfs.NewMem()))
@@ -149,7 +138,6 @@ func TestBreakFollowAfterPartialReplaceAll(t *testing.T) {
 // ReplaceAll(nil) ("replaces the store's whole state"), so importing the
 // same data set again into the emptied store silently adopts nothing.
 func TestBreakReimportAfterReplaceAllNil(t *testing.T) {
-	knownBug(t, "ReplaceAll does not reset the adopted digests: a re-import after ReplaceAll(nil) is skipped and the data set stays empty")
 	peer := mustOpen(t, "/p", unmergedOpts(vfs.NewMem()))
 	defer peer.Close()
 	bfPut(t, peer, "k", "v")

@@ -304,6 +304,10 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 		// every order in use: a kept segment is restated under its new
 		// order, in the same edit that removes the rest.
 		add[j].Order, add[j].AddedSeq = 0, 0
+		// The new state is the store's own: nothing in it is mirrored
+		// from a leader any more (a follower that starts over follows
+		// from scratch).
+		add[j].Origin = 0
 	}
 	s.mu.RLock()
 	var remove []uint64
@@ -313,7 +317,11 @@ func (s *Store) commitReplace(ctx context.Context, parts []replacePart) (_ []Seg
 		}
 	}
 	s.mu.RUnlock()
-	c, err := s.commitManifest(manifestlog.Edit{Add: add, Remove: remove, SetLive: true, LiveID: next.id})
+	// The commit starts the store's history over: it mirrors no leader
+	// (FollowedSeq 0) and has adopted nothing (an import of what it held
+	// before is not a re-run).
+	c, err := s.commitManifest(manifestlog.Edit{Add: add, Remove: remove, SetLive: true, LiveID: next.id,
+		SetFollowed: true, Followed: 0, ForgetAdopted: true})
 	if err != nil {
 		s.commitMu.Unlock()
 		if errors.Is(err, manifestlog.ErrInvalidEdit) {
