@@ -290,11 +290,6 @@ func (s *Store) commitSegments(add []*sealed, remove []uint64, liveID uint64, in
 	return s.commit(commitSpec{add: add, remove: remove, liveID: liveID, install: install})
 }
 
-// commitSegmentsLocked is commitSegments with commitMu held.
-func (s *Store) commitSegmentsLocked(add []*sealed, remove []uint64, liveID uint64, install func()) error {
-	return s.commitLocked(commitSpec{add: add, remove: remove, liveID: liveID, install: install})
-}
-
 // commitSpec is one manifest commit of segments and what goes with it.
 type commitSpec struct {
 	add     []*sealed // named by the commit; an Order of 0 is assigned by the log, in this order
