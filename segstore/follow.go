@@ -7,7 +7,6 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/segment"
 )
 
@@ -323,18 +322,5 @@ func (s *Store) fetchFollowed(ctx context.Context, i int, in SegmentInfo, open f
 		return nil, &ImportError{Stream: i, Offset: -1, Err: fmt.Errorf("%w: open returned a nil reader for segment %d", ErrInvalidOption, in.ID)}
 	}
 	defer rc.Close()
-	sr := &sizedReader{r: rc, left: in.Size, size: in.Size, name: fmt.Sprintf("leader segment %d", in.ID)}
-	sg, err := s.importOne(ctx, sr)
-	if err != nil {
-		return nil, importError(ctx, i, err)
-	}
-	if sg.meta.DataLength != in.Size || sg.meta.DataDigest != in.Digest {
-		err := corruption.New(sr.name, -1, "the stream holds %d bytes with digest %016x, the leader's segment is %d bytes with digest %016x",
-			sg.meta.DataLength, sg.meta.DataDigest, in.Size, in.Digest)
-		sg.df.unmap()
-		s.fs.Remove(sg.df.path)
-		s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
-		return nil, &ImportError{Stream: i, Offset: -1, Err: err}
-	}
-	return sg, nil
+	return s.copyClaimed(ctx, i, fmt.Sprintf("leader segment %d", in.ID), rc, in.Size, in.Digest)
 }

@@ -208,14 +208,23 @@ func (s *Store) replaceCopy(ctx context.Context, i int, rs ReplaceSegment) (*sea
 	if rs.Data == nil {
 		return nil, &ImportError{Stream: i, Offset: -1, Err: fmt.Errorf("%w: nil Data for a segment the store does not hold", ErrInvalidOption)}
 	}
-	sr := &sizedReader{r: rs.Data, left: rs.Size, size: rs.Size, name: fmt.Sprintf("replace stream %d", i)}
+	return s.copyClaimed(ctx, i, fmt.Sprintf("replace stream %d", i), rs.Data, rs.Size, rs.Digest)
+}
+
+// copyClaimed copies r, which must hold exactly the data file of size bytes
+// and digest claimed, into a new ".seg" file, validated like an import's,
+// synced, with its index written (unsynced). A stream that is not the
+// segment claimed is corruption; the copy is then removed. Errors are
+// *ImportError naming stream i (name in corruption details).
+func (s *Store) copyClaimed(ctx context.Context, i int, name string, r io.Reader, size int64, digest uint64) (*sealed, error) {
+	sr := &sizedReader{r: r, left: size, size: size, name: name}
 	sg, err := s.importOne(ctx, sr)
 	if err != nil {
 		return nil, importError(ctx, i, err)
 	}
-	if sg.meta.DataLength != rs.Size || sg.meta.DataDigest != rs.Digest {
-		err := corruption.New(sr.name, -1, "the stream holds %d bytes with digest %016x, the segment claimed is %d bytes with digest %016x",
-			sg.meta.DataLength, sg.meta.DataDigest, rs.Size, rs.Digest)
+	if sg.meta.DataLength != size || sg.meta.DataDigest != digest {
+		err := corruption.New(name, -1, "the stream holds %d bytes with digest %016x, the segment claimed is %d bytes with digest %016x",
+			sg.meta.DataLength, sg.meta.DataDigest, size, digest)
 		sg.df.unmap()
 		s.fs.Remove(sg.df.path)
 		s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
