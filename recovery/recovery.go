@@ -22,6 +22,13 @@
 //   - "<id>.idx" files of segments the manifest does not name, and
 //     "<id>.idx.rebuild" files an interrupted index rebuild left.
 //
+// Each proof assumes the manifest state is the store's own: the store opens
+// the manifest log with HasData (IsStoreFile), so that no manifest is
+// created beside data files and a stray MANIFEST-* name is refused. A
+// directory under any of these names, or where a segment's index belongs,
+// is never removed or written over: Plan fails with a *corruption.Error
+// naming it.
+//
 // Run is Plan, which reads and decides, then Settle, which truncates,
 // syncs and removes (and syncs the directory after a removal). Plan's named
 // steps, in order: inventory (list the directory), checkSegmentFiles (every
