@@ -9,6 +9,7 @@ import (
 	"io"
 	"io/fs"
 	"path/filepath"
+	"strings"
 
 	"github.com/segkv/segkv/backup/bucket"
 	"github.com/segkv/segkv/segstore"
@@ -38,6 +39,11 @@ type RestoreResult struct {
 	Bytes    int64 // segment bytes fetched
 	Objects  int   // edit and checkpoint objects read
 	Skipped  []error
+	// Cleaned are the temporary directories of earlier restores into the
+	// same target that were killed, removed before this one began
+	// (CleanRestores); CleanErrors what kept others from being removed.
+	Cleaned     []string
+	CleanErrors []error
 }
 
 // Restore rebuilds the recorded state as of opts.Seq (or the latest) from
@@ -47,7 +53,9 @@ type RestoreResult struct {
 // segstore.ReplaceAll checks them) and installed in one commit. The store
 // is built in a temporary sibling directory and renamed to dir only when
 // complete: dir holds the whole restored store or nothing new. dir must
-// not exist or be empty.
+// not exist or be empty. Before it starts, Restore removes what earlier
+// restores into dir left when they were killed (CleanRestores); a failure
+// to remove one is reported in CleanErrors and does not stop the restore.
 func Restore(ctx context.Context, b bucket.Bucket, dir string, opts *RestoreOptions) (res RestoreResult, err error) {
 	var o RestoreOptions
 	if opts != nil {
@@ -75,17 +83,28 @@ func Restore(ctx context.Context, b bucket.Bucket, dir string, opts *RestoreOpti
 	segs := c.st.sorted()
 	res.Segments = len(segs)
 
-	var rnd [6]byte
+	var rnd [restoreRandBytes]byte
 	_, _ = rand.Read(rnd[:])
 	parent := filepath.Dir(dir)
 	if err := fsys.MkdirAll(parent); err != nil {
 		return res, fmt.Errorf("backup: restore: %w", err)
 	}
-	tmp := filepath.Join(parent, "."+filepath.Base(dir)+".restore-"+hex.EncodeToString(rnd[:]))
+	res.Cleaned, res.CleanErrors = cleanRestores(fsys, dir)
+	tmp := filepath.Join(parent, restorePrefix(dir)+hex.EncodeToString(rnd[:]))
+	// The lock marks tmp as in use for as long as this call may touch it:
+	// taken before tmp exists, released after tmp is renamed onto dir or
+	// removed. A process that dies releases it, which is what lets a later
+	// restore prove tmp abandoned.
+	lock, err := fsys.Lock(tmp + restoreLockSuffix)
+	if err != nil {
+		return res, fmt.Errorf("backup: restore: lock %s: %w", tmp+restoreLockSuffix, err)
+	}
 	defer func() {
 		if err != nil {
 			removeAll(fsys, tmp)
 		}
+		lock.Close()
+		_ = fsys.Remove(tmp + restoreLockSuffix) // a lock file left behind is removed by the next restore
 	}()
 	st, err := segstore.Open(tmp, &so)
 	if err != nil {
@@ -138,6 +157,120 @@ func Restore(ctx context.Context, b bucket.Bucket, dir string, opts *RestoreOpti
 		return res, fmt.Errorf("backup: restore: sync %s: %w", parent, err)
 	}
 	return res, nil
+}
+
+// Temporary directories of a restore into dir are named
+// restorePrefix(dir) + 12 random hex digits, each beside a lock file of the
+// same name + restoreLockSuffix.
+const (
+	restoreRandBytes  = 6
+	restoreLockSuffix = ".lock"
+)
+
+func restorePrefix(dir string) string { return "." + filepath.Base(dir) + ".restore-" }
+
+// CleanRestores removes what restores into dir (through fsys) left beside
+// it when they were killed: hidden directories .<name>.restore-<random>
+// and their lock files. It removes only those provably abandoned: a
+// restore locks <directory>.lock before it creates the directory and
+// holds the lock until the directory is renamed onto dir or removed, so a
+// lock that can be taken belongs to a restore that is no longer running
+// (the operating system releases a dead process's lock). A directory
+// whose lock is held (a restore running now, in this process or another)
+// is left alone, and so is one without a lock file at all (made by a
+// segbackup from before the lock existed: whether its restore still runs
+// cannot be told; remove it by hand once none does). It returns the
+// directories removed; errors say what could not be.
+//
+// Restore calls it first; it is safe to call while other restores run.
+func CleanRestores(fsys vfs.FS, dir string) (removed []string, err error) {
+	removed, errs := cleanRestores(fsys, filepath.Clean(dir))
+	return removed, errors.Join(errs...)
+}
+
+func cleanRestores(fsys vfs.FS, dir string) (removed []string, errs []error) {
+	parent, prefix := filepath.Dir(dir), restorePrefix(dir)
+	names, err := fsys.List(parent)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, nil
+		}
+		return nil, []error{fmt.Errorf("backup: clean restores: %w", err)}
+	}
+	seen := map[string]bool{}
+	for _, n := range names {
+		rest, ok := strings.CutPrefix(n, prefix)
+		if !ok {
+			continue
+		}
+		rnd := strings.TrimSuffix(rest, restoreLockSuffix)
+		if !isRestoreRand(rnd) || seen[rnd] {
+			continue
+		}
+		seen[rnd] = true
+		tmp := filepath.Join(parent, prefix+rnd)
+		gone, err := cleanRestore(fsys, tmp)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		if gone {
+			removed = append(removed, tmp)
+		}
+	}
+	if len(removed) > 0 {
+		if err := fsys.SyncDir(parent); err != nil {
+			errs = append(errs, fmt.Errorf("backup: clean restores: sync %s: %w", parent, err))
+		}
+	}
+	return removed, errs
+}
+
+// cleanRestore removes the restore directory tmp and its lock file if its
+// lock can be taken; removed says whether tmp existed and is gone.
+func cleanRestore(fsys vfs.FS, tmp string) (removed bool, err error) {
+	lockPath := tmp + restoreLockSuffix
+	if _, err := fsys.Stat(lockPath); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil // no lock file: not provably abandoned
+		}
+		return false, fmt.Errorf("backup: clean restores: %w", err)
+	}
+	lock, err := fsys.Lock(lockPath)
+	if errors.Is(err, vfs.ErrLocked) {
+		return false, nil // a restore running now
+	}
+	if err != nil {
+		return false, fmt.Errorf("backup: clean restores: lock %s: %w", lockPath, err)
+	}
+	_, lerr := fsys.List(tmp)
+	existed := lerr == nil
+	if existed {
+		removeAll(fsys, tmp)
+		if _, err := fsys.List(tmp); !errors.Is(err, fs.ErrNotExist) {
+			lock.Close()
+			return false, fmt.Errorf("backup: clean restores: could not remove all of %s (%v)", tmp, err)
+		}
+	}
+	// Released before the lock file goes (a file still open cannot be
+	// removed everywhere); a restore never locks the same name again, and
+	// another cleaner that takes it now finds tmp gone.
+	lock.Close()
+	if err := fsys.Remove(lockPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return existed, fmt.Errorf("backup: clean restores: %w", err)
+	}
+	return existed, nil
+}
+
+func isRestoreRand(s string) bool {
+	if len(s) != 2*restoreRandBytes {
+		return false
+	}
+	for _, c := range []byte(s) {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
 }
 
 // lazyObject opens its object on the first Read, so ReplaceAll can skip

@@ -32,6 +32,14 @@ func parseGenName(name string) (uint64, bool) {
 	return gen, true
 }
 
+// IsGenerationName reports whether name is the canonical file name of a
+// manifest generation (MANIFEST- and 16 lower-case hex digits): the only
+// names Open and OpenReadOnly read.
+func IsGenerationName(name string) bool {
+	_, ok := parseGenName(name)
+	return ok
+}
+
 type genFile struct {
 	gen  uint64
 	path string
@@ -39,19 +47,46 @@ type genFile struct {
 
 // listGenerations returns the manifest generations in dir, oldest first.
 func listGenerations(fsys vfs.FS, dir string) ([]genFile, error) {
+	gens, _, err := listManifestFiles(fsys, dir)
+	return gens, err
+}
+
+// listManifestFiles returns the manifest generations in dir, oldest first,
+// and the paths of the other names that start with MANIFEST- (strays: a
+// renamed generation, a copy kept by hand), which are never read.
+func listManifestFiles(fsys vfs.FS, dir string) (gens []genFile, strays []string, err error) {
 	names, err := fsys.List(dir)
 	if err != nil {
-		return nil, fmt.Errorf("manifestlog: list %s: %w", dir, err)
+		return nil, nil, fmt.Errorf("manifestlog: list %s: %w", dir, err)
 	}
-	var gens []genFile
 	for _, n := range names {
 		if gen, ok := parseGenName(n); ok {
 			gens = append(gens, genFile{gen: gen, path: filepath.Join(dir, n)})
+		} else if strings.HasPrefix(n, filePrefix) {
+			strays = append(strays, filepath.Join(dir, n))
 		}
 	}
 	// List is sorted by name and the names are fixed-width hex, so this is
 	// already in generation order.
-	return gens, nil
+	return gens, strays, nil
+}
+
+// refuseStrays is the rule for names that start with MANIFEST- but are not
+// a generation's: beside data files (Options.HasData) Open cannot tell
+// which manifest those files belong to. A renamed generation would
+// otherwise be ignored, and the state of another generation (or a new,
+// empty one) taken for the store's, disowning every file it does not name;
+// so both Open and OpenReadOnly refuse, naming the file, and change
+// nothing. Without data files there is nothing to disown, and a stray is
+// left alone.
+func refuseStrays(strays []string, opts Options) error {
+	if len(strays) == 0 || !opts.HasData {
+		return nil
+	}
+	return corruption.New(strays[0], -1,
+		"not a manifest generation name (%s<16 lower-case hex digits>) in a directory that holds data files: "+
+			"a renamed or copied manifest; refusing to guess which manifest the data files belong to "+
+			"(rename it back to the generation its header names, or move it out of the directory)", filePrefix)
 }
 
 // loaded is the result of replaying one generation file.
@@ -472,7 +507,14 @@ func (r *replayer) edit(off int64, rec *record) error {
 // generation 1 may be incomplete (a crash while creating the log), and only
 // while nothing else exists beside it (Options.HasData). Anything else is
 // damage.
-func refuseIncomplete(broken []genFile, opts Options) error {
+func refuseIncomplete(dir string, broken []genFile, opts Options) error {
+	if len(broken) == 0 && opts.HasData {
+		// Nothing to re-create from, and data files beside nothing: the
+		// manifest was lost, not yet to be made. Creating one would name
+		// none of the data files.
+		return corruption.New(dir, -1,
+			"the directory holds data files but no manifest generation; refusing to create an empty manifest that names none of them (restore the MANIFEST-* file)")
+	}
 	for _, g := range broken {
 		if g.gen != 1 {
 			return corruption.New(g.path, -1,
@@ -506,8 +548,11 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 	if err := fsys.MkdirAll(dir); err != nil {
 		return nil, State{}, rep, fmt.Errorf("manifestlog: mkdir %s: %w", dir, err)
 	}
-	gens, err := listGenerations(fsys, dir)
+	gens, strays, err := listManifestFiles(fsys, dir)
 	if err != nil {
+		return nil, State{}, rep, err
+	}
+	if err := refuseStrays(strays, opts); err != nil {
 		return nil, State{}, rep, err
 	}
 	ld, chosen, broken, older, err := newestActivated(fsys, gens)
@@ -521,8 +566,10 @@ func Open(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 		// leave incomplete without a complete one beside it (every rotation
 		// keeps its predecessor until the successor is activated and its
 		// directory entry durable), and its checkpoint is always the empty
-		// state: re-creating it loses nothing. Anything else is damage.
-		if err := refuseIncomplete(broken, opts); err != nil {
+		// state: re-creating it loses nothing. Anything else is damage, and
+		// so is any data file beside it: a manifest is never created in a
+		// directory that holds data files (Options.HasData).
+		if err := refuseIncomplete(dir, broken, opts); err != nil {
 			return nil, State{}, rep, err
 		}
 		l = newLog()

@@ -26,9 +26,16 @@ var ErrReadOnly = errors.New("manifestlog: log opened read-only")
 func OpenReadOnly(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, error) {
 	opts.fill()
 	var rep Report
-	gens, err := listGenerations(fsys, dir)
+	gens, strays, err := listManifestFiles(fsys, dir)
 	if err != nil {
 		return nil, State{}, rep, err
+	}
+	if err := refuseStrays(strays, opts); err != nil {
+		return nil, State{}, rep, err
+	}
+	if len(gens) == 0 && opts.HasData {
+		// Open's rule: data files with no manifest are a lost manifest.
+		return nil, State{}, rep, refuseIncomplete(dir, nil, opts)
 	}
 	if len(gens) == 0 {
 		return nil, State{}, rep, fmt.Errorf("manifestlog: no manifest in %s: %w", dir, fs.ErrNotExist)
@@ -41,7 +48,7 @@ func OpenReadOnly(fsys vfs.FS, dir string, opts Options) (*Log, State, Report, e
 	if ld == nil {
 		// Open's rule: only generation 1 may be incomplete with no complete
 		// one beside it, and it holds the empty state.
-		if err := refuseIncomplete(broken, opts); err != nil {
+		if err := refuseIncomplete(dir, broken, opts); err != nil {
 			return nil, State{}, rep, err
 		}
 		rep.Actions = append(rep.Actions, fmt.Sprintf("would re-create %s, which a crash left incomplete", broken[0].path))

@@ -22,6 +22,13 @@
 //   - "<id>.idx" files of segments the manifest does not name, and
 //     "<id>.idx.rebuild" files an interrupted index rebuild left.
 //
+// Each proof assumes the manifest state is the store's own: the store opens
+// the manifest log with HasData (IsStoreFile), so that no manifest is
+// created beside data files and a stray MANIFEST-* name is refused. A
+// directory under any of these names, or where a segment's index belongs,
+// is never removed or written over: Plan fails with a *corruption.Error
+// naming it.
+//
 // Run is Plan, which reads and decides, then Settle, which truncates,
 // syncs and removes (and syncs the directory after a removal). Plan's named
 // steps, in order: inventory (list the directory), checkSegmentFiles (every
@@ -68,6 +75,20 @@ import (
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
 )
+
+// IsStoreFile reports whether name is one a store writes beside its
+// manifest: a data file or an index (segment.ParseName), or an index
+// rebuild's temporary file. A store writes none of them before its
+// manifest exists, so a directory holding any of them is a store, and a
+// manifest is never created there (manifestlog.Options.HasData).
+func IsStoreFile(name string) bool {
+	if base, ok := strings.CutSuffix(name, rebuildSuffix); ok {
+		_, ext, ok := segment.ParseName(base)
+		return ok && ext == segment.NameIndex
+	}
+	_, _, ok := segment.ParseName(name)
+	return ok
+}
 
 // Options configures Run.
 type Options struct {
@@ -240,7 +261,9 @@ func plan(fsys vfs.FS, dir string, state manifestlog.State, opts Options) (*Resu
 			return p.partial(), rep, err
 		}
 	}
-	p.planRemovals()
+	if err := p.planRemovals(); err != nil {
+		return p.partial(), rep, err
+	}
 	return p.res, rep, nil
 }
 
@@ -398,6 +421,7 @@ func (p *planner) chainCandidate(id, prevID uint64, prevEnd int64) (lf LiveFile,
 	path := p.path(segment.DataName(id, segment.KindLog))
 	if id == p.state.LiveID {
 		lf, rr, err = replayLive(p.fsys, path, id, p.opts)
+		err = orNotAFile(p.fsys, path, err)
 		if errors.Is(err, fs.ErrNotExist) {
 			// Named by the manifest, so it was durable: its absence is
 			// damage, not something a crash leaves.
@@ -411,6 +435,9 @@ func (p *planner) chainCandidate(id, prevID uint64, prevEnd int64) (lf LiveFile,
 	}
 	unused, err := unusedSpare(p.fsys, path)
 	if err != nil {
+		if isDir(p.fsys, path) {
+			return lf, rr, false, notAFile(path)
+		}
 		// Not proved unused: it may hold acknowledged writes.
 		return lf, rr, false, fmt.Errorf("recovery: check live continuation candidate %s: %w", path, err)
 	}
@@ -459,8 +486,10 @@ func (p *planner) digestChain() error {
 }
 
 // planRemovals picks what the manifest does not name and the chain does
-// not hold: files that provably hold no acknowledged data.
-func (p *planner) planRemovals() {
+// not hold: files that provably hold no acknowledged data. A directory
+// under such a name is not the store's (it makes files only): Plan fails
+// with a *corruption.Error naming it, and nothing is removed.
+func (p *planner) planRemovals() error {
 	for _, id := range sortedKeys(p.files) {
 		d := p.files[id]
 		m, named := p.state.Segments[id]
@@ -474,6 +503,38 @@ func (p *planner) planRemovals() {
 			p.res.removes = append(p.res.removes, p.path(segment.IndexName(id)))
 		}
 	}
+	for _, path := range p.res.removes {
+		if isDir(p.fsys, path) {
+			p.res.removes = nil
+			return notAFile(path)
+		}
+	}
+	return nil
+}
+
+// isDir reports whether path names a directory. vfs.FS has no file modes:
+// List succeeds on a directory only (a file gives ENOTDIR, a missing
+// name ErrNotExist).
+func isDir(fsys vfs.FS, path string) bool {
+	_, err := fsys.List(path)
+	return err == nil
+}
+
+// notAFile is the error for a directory where the store keeps a file of
+// its own. The store never makes one and never removes what it did not
+// make, so Open refuses rather than remove it or write over it.
+func notAFile(path string) error {
+	return corruption.New(path, -1,
+		"a directory where the store keeps a file; the store never makes one and does not remove what it did not make: move it out of the store's directory")
+}
+
+// orNotAFile is err, or notAFile when path turns out to be a directory
+// (the reason the read or open failed).
+func orNotAFile(fsys vfs.FS, path string, err error) error {
+	if err != nil && !errors.Is(err, fs.ErrNotExist) && isDir(fsys, path) {
+		return notAFile(path)
+	}
+	return err
 }
 
 // Settle makes the repairs Plan decided: it cuts torn tails off the live
@@ -756,6 +817,12 @@ func loadOrRebuildInMemory(fsys vfs.FS, dir string, m manifestlog.SegmentMeta, o
 	if err == nil {
 		return ix, "", nil
 	}
+	if isDir(fsys, ixPath) {
+		// Refused as a writable Open refuses it (which could not write
+		// the rebuilt index there), though a rebuild in memory could
+		// serve: a read-only Open answers what a writable one would.
+		return nil, "", notAFile(ixPath)
+	}
 	reason := rebuildReason(err)
 	rebuildMu.Lock()
 	defer rebuildMu.Unlock()
@@ -805,6 +872,13 @@ func rebuildReason(err error) string {
 func RebuildIndexFile(fsys vfs.FS, dir string, m manifestlog.SegmentMeta) error {
 	ixPath := filepath.Join(dir, segment.IndexName(m.ID))
 	tmp := ixPath + rebuildSuffix
+	for _, p := range []string{ixPath, tmp} {
+		// The rename onto a directory would fail with a bare "file
+		// exists", after the whole rebuild.
+		if isDir(fsys, p) {
+			return notAFile(p)
+		}
+	}
 	streamed, err := rebuildOrdered(fsys, dir, m, tmp)
 	if err != nil {
 		return err

@@ -424,7 +424,15 @@ func (s *Store) recover() error {
 }
 
 // refuseDataWithoutManifest refuses a directory that holds data files but
-// no manifest, and says whether it holds data files at all.
+// no MANIFEST-* file at all, and says whether it holds data files (any
+// file recovery.IsStoreFile names: data, index, an index being rebuilt;
+// the store writes each only once its manifest exists).
+//
+// Every other case of data files beside no usable manifest (a generation
+// renamed to a name the log does not read, an emptied or zeroed
+// generation 1) is the manifest log's to refuse, given HasData: it never
+// creates a manifest in a directory that holds data files, and refuses a
+// stray MANIFEST-* name beside them (manifestlog.Options.HasData).
 func (s *Store) refuseDataWithoutManifest() (hasData bool, err error) {
 	names, err := s.fs.List(s.dir)
 	if err != nil {
@@ -436,7 +444,7 @@ func (s *Store) refuseDataWithoutManifest() (hasData bool, err error) {
 		if strings.HasPrefix(name, "MANIFEST-") {
 			manifest = true
 		}
-		if _, ext, ok := segment.ParseName(name); ok && ext != segment.NameIndex && data == "" {
+		if data == "" && recovery.IsStoreFile(name) {
 			data = name
 		}
 	}
@@ -444,9 +452,6 @@ func (s *Store) refuseDataWithoutManifest() (hasData bool, err error) {
 		return true, corruption.New(filepath.Join(s.dir, data), -1,
 			"data file present but the directory has no manifest; refusing to open (restore the MANIFEST-* files)")
 	}
-	// With a manifest, the data files tell the manifest log that an
-	// incomplete generation 1 is damage, not a store a crash left while
-	// creating it (manifestlog.Options.HasData).
 	return data != "", nil
 }
 

@@ -43,7 +43,9 @@ const (
 
 // ErrBadSnapshot matches every error Restore returns for a container that
 // is not a valid snapshot: wrong magic or version, a checksum mismatch, a
-// truncation, trailing bytes.
+// truncation, trailing bytes, a segment whose bytes are damaged or not
+// the ones its table entry claims (that error also matches
+// segstore.ErrCorrupt).
 var ErrBadSnapshot = errors.New("raftfsm: invalid snapshot")
 
 type snapshot struct {
@@ -149,7 +151,7 @@ func restore(st *segstore.Store, r io.Reader) (applied uint64, committed bool, _
 	// container is verified there too, after the last copy and before the
 	// commit.
 	if _, err := st.ReplaceAllChecked(context.Background(), segs, c.finish); err != nil {
-		return 0, false, err
+		return 0, false, badStream(err)
 	}
 	got, err := readApplied(st)
 	if err != nil {
@@ -159,6 +161,21 @@ func restore(st *segstore.Store, r io.Reader) (applied uint64, committed bool, _
 		return got, true, fmt.Errorf("%w: the container says applied index %d, its segments hold %d", ErrBadSnapshot, applied, got)
 	}
 	return got, true, nil
+}
+
+// badStream makes an error of ReplaceAllChecked that blames one of the
+// container's segments match ErrBadSnapshot too: ReplaceAll refuses a
+// stream whose bytes are damaged, of the wrong digest or length with an
+// *ImportError matching segstore.ErrCorrupt, and that is a container that
+// is not a valid snapshot. The error keeps matching ErrCorrupt. Errors of
+// the store's own (a failed write, a cancelled context) are left as they
+// are: the container may be fine.
+func badStream(err error) error {
+	var ie *segstore.ImportError
+	if !errors.As(err, &ie) || errors.Is(err, ErrBadSnapshot) || !errors.Is(ie.Err, segstore.ErrCorrupt) {
+		return err
+	}
+	return fmt.Errorf("%w: segment %d of the container: %w", ErrBadSnapshot, ie.Stream, err)
 }
 
 // containerReader reads a container front to back, hashing every byte

@@ -250,6 +250,12 @@ func cmdRestore(ctx context.Context, args []string, stdout, stderr io.Writer, tt
 		prog.Update("segment %d/%d", done, total)
 	}})
 	prog.Done()
+	for _, d := range res.Cleaned {
+		fmt.Fprintf(stderr, "segbackup: removed %s, left by a restore that was killed\n", d)
+	}
+	for _, e := range res.CleanErrors {
+		fmt.Fprintf(stderr, "segbackup: warning: %v\n", e)
+	}
 	for _, e := range res.Skipped {
 		fmt.Fprintf(stderr, "segbackup: warning: %v\n", e)
 	}
