@@ -2,7 +2,8 @@
 // long random operation sequences (writes, batches, range deletions, point
 // reads, bounded iterators moving both ways, snapshots read after later
 // writes, seals, merges, syncs, clean reopens, power losses in every
-// vfs.Mem crash mode, and export/import between two stores), an executor
+// vfs.Mem crash mode, export/import between two stores, ReplaceAll from a
+// peer's sealed snapshot, and a follower kept in sync by Follow), an executor
 // that runs such a sequence against segstore through its public API only,
 // and a model (a map per point of acknowledged history, plus the layering
 // of sealed data and the live file that imports depend on) that every read
@@ -18,10 +19,21 @@
 // variables, is in meta_test.go; docs/RELIABILITY.md ("Metamorphic test")
 // has the figures of the latest long run.
 //
-// The peer is a second store with a vfs.Mem of its own; a follower
-// (Store.Follow, issue 28) fits the same way: a third instance whose
-// expected state after a Follow to the leader's ManifestSeq is the model's
-// state at that commit, and whose crashes take images of its own Mem.
+// The peer is a second store with a vfs.Mem of its own: its sealed
+// segments are imported into the store under test, and a sealed snapshot
+// of it (NewSealedSnapshot, Segments, Export) replaces the store's whole
+// state through ReplaceAll, which the model records as the peer's state,
+// durable, with the adopted digests forgotten. The follower (follow.go) is
+// a third store, on a vfs.Mem of its own, that mirrors the store under
+// test through ChangesSince and Follow: after each Follow it must list the
+// leader's segments (ids, orders, digests) as the Changes so far say, and,
+// when the model knows the state of the leader's sealed segments (it just
+// sealed, or the split of its state is known), read exactly that state.
+// The follower loses power during a Follow (every crash mode) and must
+// come back to the mirror before or after it, whole; a Put on it makes
+// Follow answer ErrDiverged, and ReplaceAll(nil) resets it; Changes kept
+// unapplied are refused with ErrFollowGap once the follower moved on, or
+// else bring it back to the leader's state when they were taken.
 //
 // Everything here is test support: no production code imports it.
 package metamorphic

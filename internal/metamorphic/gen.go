@@ -48,10 +48,23 @@ type Avoid struct {
 	// ImportUnsealed: seal before every import, so that no import goes
 	// beneath unsealed writes (issue 28 item 3, second trigger).
 	ImportUnsealed bool `json:"import_unsealed,omitempty"`
+	// PresentReimport: the model does not hold the store to "re-running an
+	// import changes nothing" for a stream that an import skipped because
+	// a segment of equal digest was present (not adopted: one installed by
+	// ReplaceAll from the peer), once that segment is gone (merged, dropped
+	// by a range deletion): the store does not remember such a skip, and
+	// adopts the stream anew (open; see docs/RELIABILITY.md). The model
+	// then lets the store decide, as for a crash's doubt, and stays exact
+	// about the state either way.
+	PresentReimport bool `json:"present_reimport,omitempty"`
 }
 
-// AvoidKnown avoids every known open bug.
-var AvoidKnown = Avoid{Reimport: true, ImportUnsealed: true}
+// AvoidKnown avoids every known bug, fixed or open.
+var AvoidKnown = Avoid{Reimport: true, ImportUnsealed: true, PresentReimport: true}
+
+// AvoidOpen avoids the known bugs still open: the default of go test and
+// make meta (META_KNOWN=open), so that they test everything else.
+var AvoidOpen = Avoid{PresentReimport: true}
 
 // Options returns the segstore options of the store under test on fs.
 func (c Config) Options(fs vfs.FS) *segstore.Options {
@@ -272,7 +285,7 @@ func (g *gen) bound() []byte {
 // next returns one op (or a few that belong together).
 func (g *gen) next() []Op {
 	r := g.r
-	x := r.IntN(1000)
+	x := r.IntN(1060)
 	switch {
 	case x < 200:
 		return []Op{{Kind: OpPut, Key: g.key(), Val: g.value()}}
@@ -404,9 +417,59 @@ func (g *gen) next() []Op {
 		return ops
 	case x < 985:
 		return []Op{{Kind: OpExport, K: r.IntN(1 << 20)}}
-	default:
+	case x < 1000:
 		return []Op{{Kind: OpCheck}}
+	case x < 1045:
+		return g.follow()
+	default:
+		return g.replace()
 	}
+}
+
+// follow returns an OpFollow of a variant drawn from the seed; a
+// FollowSkip half the time with a few writes and the FollowStale that
+// applies what it kept (most other follows make a kept Changes a gap).
+func (g *gen) follow() []Op {
+	r := g.r
+	op := Op{Kind: OpFollow, Sealed: r.IntN(4) != 0, Rand: r.Uint64()}
+	switch y := r.IntN(100); {
+	case y < 50:
+		op.Follow = FollowPlain
+	case y < 72:
+		// A Follow of a few segments syncs each new file, the directory
+		// and the manifest: K past them crashes after the Follow.
+		op.Follow, op.Mode, op.K = FollowCrash, vfs.CrashMode(r.IntN(6)), 1+r.IntN(10)
+	case y < 82:
+		op.Follow, op.Key, op.Val, op.K = FollowDiverge, g.key(), g.value(), r.IntN(2)
+	case y < 91:
+		op.Follow = FollowSkip
+		if r.IntN(2) == 0 {
+			ops := []Op{op}
+			for i := r.IntN(4); i > 0; i-- {
+				ops = append(ops, Op{Kind: OpApply, Batch: g.batch(1 + r.IntN(4))})
+			}
+			return append(ops, Op{Kind: OpFollow, Follow: FollowStale, Sealed: r.IntN(2) == 0, Rand: r.Uint64()})
+		}
+	default:
+		op.Follow = FollowStale
+	}
+	return []Op{op}
+}
+
+// replace returns an OpReplace, sometimes after arming a power loss that
+// lands in it (copying the peer's segments syncs each, then the commit).
+func (g *gen) replace() []Op {
+	r := g.r
+	var ops []Op
+	if r.IntN(3) == 0 {
+		g.dropReaders()
+		ops = append(ops, Op{Kind: OpCrashArm, Mode: vfs.CrashMode(r.IntN(6)), K: 1 + r.IntN(12), Rand: r.Uint64(), ReadOnly: r.IntN(3) == 0})
+	}
+	var b []BatchOp
+	if r.IntN(2) == 0 {
+		b = g.batch(1 + r.IntN(4))
+	}
+	return append(ops, Op{Kind: OpReplace, Batch: b})
 }
 
 func (g *gen) closeSnap(slot int) []Op {

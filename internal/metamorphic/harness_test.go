@@ -1,6 +1,7 @@
 package metamorphic
 
 import (
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"testing"
@@ -78,13 +79,30 @@ func TestTraceRoundTrip(t *testing.T) {
 // traces, so that none is silently left out.
 func TestGeneratorCoverage(t *testing.T) {
 	var kinds [numKinds]int
-	var modes [6]int
+	var modes, followModes [6]int
+	var follows [numFollowKinds]int
 	for seed := uint64(1); seed <= 4; seed++ {
 		for _, op := range Generate(RandomConfig(seed, 500, AvoidKnown)) {
 			kinds[op.Kind]++
 			if op.Kind == OpCrash || op.Kind == OpCrashArm {
 				modes[op.Mode]++
 			}
+			if op.Kind == OpFollow {
+				follows[op.Follow]++
+				if op.Follow == FollowCrash {
+					followModes[op.Mode]++
+				}
+			}
+		}
+	}
+	for k := FollowKind(0); k < numFollowKinds; k++ {
+		if follows[k] == 0 {
+			t.Errorf("no %v follow", k)
+		}
+	}
+	for m := range followModes {
+		if followModes[m] == 0 {
+			t.Errorf("no follower crash in mode %v", vfs.CrashMode(m))
 		}
 	}
 	for k := Kind(0); k < numKinds; k++ {
@@ -122,5 +140,81 @@ func TestModelMaybeAdoption(t *testing.T) {
 	}
 	if len(m.cur().st) != 0 {
 		t.Fatalf("state %v, want empty", m.cur().st)
+	}
+}
+
+// A model that expects the follower to read the mirror of the Follow
+// before must fail: the follower's comparison is not vacuous.
+func TestHarnessCatchesStaleFollower(t *testing.T) {
+	c := RandomConfig(1, 0, AvoidOpen)
+	ops := []Op{put("a", "1"), {Kind: OpFollow, Sealed: true}, put("b", "2"), {Kind: OpFollow, Sealed: true}}
+	f, st := runWith(c, ops, sabotageNone)
+	if f != nil {
+		t.Fatalf("honest model: %v", f)
+	}
+	if st.FollowsExact < 2 {
+		t.Fatalf("%d follows compared in full, want at least 2", st.FollowsExact)
+	}
+	f, _ = runWith(c, ops, sabotageFollowOld)
+	if f == nil || f.Class != ClassFollow {
+		t.Fatalf("a model that expects the old mirror: failure %v, want %s", f, ClassFollow)
+	}
+}
+
+// Every variant of Follow, with the follower's power losses in every mode,
+// and ReplaceAll: a fixed trace that must pass whatever the seed's options.
+func TestFollowAndReplaceTrace(t *testing.T) {
+	for seed := uint64(1); seed <= 3; seed++ {
+		c := RandomConfig(seed, 0, AvoidOpen)
+		seg := func(id int, k, v string) Op {
+			return Op{Kind: OpPeerSegment, Slot: id, Batch: []BatchOp{{Kind: OpPut, Key: []byte(k), Val: []byte(v)}}}
+		}
+		ops := []Op{put("a", "1"), put("b", "1"), {Kind: OpFollow, Sealed: true}, put("a", "2"), {Kind: OpDeleteRange, Key: []byte("b"), End: []byte("c")}}
+		for m := vfs.CrashMode(0); m < 6; m++ {
+			ops = append(ops, put("c", fmt.Sprint(m)), Op{Kind: OpFollow, Follow: FollowCrash, Sealed: true, Mode: m, K: 1 + int(m), Rand: uint64(m)})
+		}
+		ops = append(ops,
+			put("d", "0"), Op{Kind: OpFollow, Follow: FollowSkip, Sealed: true}, put("d", "1"), Op{Kind: OpFollow, Follow: FollowStale, Sealed: true},
+			put("e", "0"), Op{Kind: OpFollow, Follow: FollowSkip, Sealed: true}, put("e", "1"), Op{Kind: OpFollow, Sealed: true}, Op{Kind: OpFollow, Follow: FollowStale},
+			Op{Kind: OpFollow, Follow: FollowDiverge, Key: []byte("z"), Val: []byte("local"), K: 1},
+			Op{Kind: OpCompact}, Op{Kind: OpFollow, Sealed: true},
+			seg(0, "p", "1"), seg(1, "q", "1"), Op{Kind: OpImport, Peer: []int{0}},
+			Op{Kind: OpReplace, Batch: []BatchOp{{Kind: OpPut, Key: []byte("r"), Val: []byte("1")}}},
+			Op{Kind: OpFollow, Sealed: true},
+			Op{Kind: OpCrash, Mode: vfs.CrashTearLast}, Op{Kind: OpFollow, Sealed: true},
+			Op{Kind: OpFollow, Follow: FollowDiverge, Key: []byte("y"), Val: []byte("local")},
+		)
+		f, st := Run(c, ops)
+		if f != nil {
+			t.Fatalf("seed %d (%v): %v\n%s", seed, c, f, Format(ops, f.Op))
+		}
+		// A background merge of the leader may retire a segment of the
+		// kept Changes before they are applied (ErrNoSegment, a retry).
+		if st.FollowCrashes != [6]int{1, 1, 1, 1, 1, 1} || st.Diverged != 2 || st.Replaces != 1 || st.StaleApplied+st.FollowRetries == 0 || st.Gaps == 0 {
+			t.Fatalf("seed %d: the trace did not do what it should: %+v", seed, st)
+		}
+	}
+}
+
+// ReplaceAll forgets the adopted digests: a stream imported before it, no
+// longer present after a merge, is adopted again.
+func TestReplaceAllForgetsAdopted(t *testing.T) {
+	c := RandomConfig(1, 0, AvoidOpen)
+	c.MergeDisable, c.MinRun, c.SegmentSize = false, 2, 1<<20
+	ops := []Op{
+		{Kind: OpPeerSegment, Slot: 0, Batch: []BatchOp{{Kind: OpPut, Key: []byte("a"), Val: []byte("old")}}},
+		{Kind: OpImport, Peer: []int{0}},
+		{Kind: OpPeerSegment, Slot: 1, Batch: []BatchOp{{Kind: OpPut, Key: []byte("a"), Val: []byte("new")}}},
+		{Kind: OpReplace},
+		{Kind: OpCompact},
+		{Kind: OpImport, Peer: []int{0}},
+		{Kind: OpGet, Key: []byte("a")},
+	}
+	f, st := Run(c, ops)
+	if f != nil {
+		t.Fatalf("%v\n%s", f, Format(ops, f.Op))
+	}
+	if st.ImportedSegs != 2 {
+		t.Fatalf("%d segments imported, want 2 (the stream again after ReplaceAll)", st.ImportedSegs)
 	}
 }

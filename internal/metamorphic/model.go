@@ -100,6 +100,8 @@ type model struct {
 
 	syncAlways bool
 	segSize    int64
+	// presentDoubt: Avoid.PresentReimport.
+	presentDoubt bool
 
 	// sealed is the state of the sealed segments alone and live the writes
 	// since; valid only while liveKnown (an automatic seal, or a crash,
@@ -112,11 +114,12 @@ type model struct {
 
 func newModel(c Config) *model {
 	return &model{
-		hist:       []histEntry{{st: kv{}, adopted: map[uint64]bool{}}},
-		syncAlways: c.Sync == 0,
-		segSize:    c.SegmentSize,
-		sealed:     kv{},
-		liveKnown:  true,
+		hist:         []histEntry{{st: kv{}, adopted: map[uint64]bool{}}},
+		syncAlways:   c.Sync == 0,
+		segSize:      c.SegmentSize,
+		sealed:       kv{},
+		presentDoubt: c.Avoid.PresentReimport,
+		liveKnown:    true,
 	}
 }
 
@@ -199,10 +202,17 @@ func (m *model) importSegs(segs []*peerSeg, added, present map[uint64]bool) (wan
 			// Adopted before the power loss or not, or present: the
 			// store knows.
 			delete(maybe, s.digest)
-			adopted[s.digest] = true
 			if !added[s.digest] {
+				if present[s.digest] && m.presentDoubt {
+					// Skipped as present: whether the store remembers
+					// it is left open (Avoid.PresentReimport).
+					maybe = addDigest(maybe, s.digest)
+				} else {
+					adopted[s.digest] = true
+				}
 				continue
 			}
+			adopted[s.digest] = true
 		} else if adopted[s.digest] {
 			continue
 		}
@@ -228,6 +238,15 @@ func (m *model) importSegs(segs []*peerSeg, added, present map[uint64]bool) (wan
 	// segments (docs/SYNC.md): all of it is sealed now, and durable.
 	m.seal()
 	return want, nil
+}
+
+// replace records a ReplaceAll that installed st: the whole state, in
+// sealed segments under a new, empty live file, committed durably; the
+// adopted digests are forgotten (an import of a stream adopted before is
+// adopted again), and so is any doubt about them.
+func (m *model) replace(st kv) {
+	m.push(histEntry{st: st, adopted: map[uint64]bool{}})
+	m.seal()
 }
 
 // sealedNow records a seal the store made inside an acknowledged write (a

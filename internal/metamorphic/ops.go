@@ -37,6 +37,8 @@ const (
 	OpImport                  // export the peer segments Peer and Import them in one call
 	OpExport                  // Export a sealed segment of the store and check size and digest
 	OpCheck                   // Store.Check
+	OpFollow                  // the follower syncs with the store under test (Sealed: seal first); Follow says how
+	OpReplace                 // Apply Batch to the peer unsealed, then ReplaceAll the store with a sealed snapshot of the peer
 	numKinds
 )
 
@@ -47,6 +49,7 @@ var kindNames = [...]string{
 	OpSeal: "seal", OpSync: "sync", OpCompact: "compact", OpReopen: "reopen",
 	OpCrash: "crash", OpCrashArm: "crash-arm", OpPeerSegment: "peer-segment",
 	OpImport: "import", OpExport: "export", OpCheck: "check",
+	OpFollow: "follow", OpReplace: "replace-all",
 }
 
 func (k Kind) String() string {
@@ -77,6 +80,29 @@ func (m Move) String() string {
 		return moveNames[m]
 	}
 	return "move(" + strconv.Itoa(int(m)) + ")"
+}
+
+// FollowKind is the variant of an OpFollow.
+type FollowKind int
+
+// The variants of OpFollow. Each ends, unless the store under test lost
+// power during it, in a Follow of ChangesSince(FollowedSeq()).
+const (
+	FollowPlain   FollowKind = iota // Follow, retried on ErrNoSegment
+	FollowCrash                     // the follower loses power (Mode) at its K-th barrier event during the Follow, or after it
+	FollowDiverge                   // a Put (and, K odd, a Seal) on the follower: Follow must answer ErrDiverged; then ReplaceAll(nil) and Follow from scratch
+	FollowSkip                      // take ChangesSince and keep it, unapplied, for a later FollowStale
+	FollowStale                     // apply the Changes a FollowSkip kept (ErrFollowGap unless it starts at FollowedSeq), then Follow
+	numFollowKinds
+)
+
+var followNames = [...]string{"plain", "crash", "diverge", "skip", "stale"}
+
+func (f FollowKind) String() string {
+	if f >= 0 && int(f) < len(followNames) {
+		return followNames[f]
+	}
+	return "follow(" + strconv.Itoa(int(f)) + ")"
 }
 
 // BatchOp is one operation of a batch (OpApply, OpPeerSegment).
@@ -115,6 +141,10 @@ type Op struct {
 	// state the writable open then shows.
 	ReadOnly bool `json:"ro,omitempty"`
 	Leave    bool `json:"leave,omitempty"`
+	// Follow is the variant of an OpFollow (Mode, K and Rand serve
+	// FollowCrash, Key and Val FollowDiverge; Rand also draws the bounds
+	// of the iterators that check the follower).
+	Follow FollowKind `json:"follow,omitempty"`
 }
 
 func q(b []byte) string {
@@ -226,6 +256,28 @@ func (o Op) String() string {
 		return fmt.Sprintf("Export(segment pick %d)", o.K)
 	case OpCheck:
 		return "Check()"
+	case OpFollow:
+		seal := ""
+		if o.Sealed {
+			seal = "Seal(); "
+		}
+		switch o.Follow {
+		case FollowCrash:
+			return fmt.Sprintf("%sfollower.Follow(ChangesSince) with a follower power loss (%v at barrier event %d, rand=%d); Open(); Follow again", seal, o.Mode, o.K, o.Rand)
+		case FollowDiverge:
+			s := fmt.Sprintf("follower.Put(%s, %s)", q(o.Key), qv(o.Val))
+			if o.K%2 == 1 {
+				s += "; follower.Seal()"
+			}
+			return fmt.Sprintf("%s%s; follower.Follow = ErrDiverged; follower.ReplaceAll(nil); follower.Follow(ChangesSince(0))", seal, s)
+		case FollowSkip:
+			return seal + "kept = ChangesSince(follower.FollowedSeq()), not applied"
+		case FollowStale:
+			return seal + "follower.Follow(kept); follower.Follow(ChangesSince)"
+		}
+		return fmt.Sprintf("%sfollower.Follow(ChangesSince(follower.FollowedSeq())) (rand=%d)", seal, o.Rand)
+	case OpReplace:
+		return fmt.Sprintf("peer.Apply%s; sn = peer.NewSealedSnapshot(); ReplaceAll(sn.Export of sn.Segments())", batchString(o.Batch))
 	}
 	return o.Kind.String()
 }

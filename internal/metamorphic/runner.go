@@ -29,6 +29,10 @@ const (
 	ClassClosed      = "closed"       // a snapshot or iterator left open across Close did not answer ErrClosed
 	ClassSeq         = "manifest-seq" // ManifestSeq went backwards without a crash
 	ClassSegments    = "segments"     // Segments() lists duplicate ids or orders out of order
+	ClassFollow      = "follow"       // after a Follow the follower does not read the leader's sealed state, or FollowedSeq is wrong
+	ClassFollowCrash = "follow-crash" // after a power loss during a Follow the follower is neither the mirror before nor the one after
+	ClassFollowRule  = "follow-rule"  // Follow did not answer ErrDiverged or ErrFollowGap where it must, or changed something when it did
+	ClassReplace     = "replace-all"  // ReplaceAll returned a wrong listing, or left FollowedSeq set
 )
 
 // Failure is the first broken invariant of a run.
@@ -54,6 +58,20 @@ type Stats struct {
 	ImportedSegs  int    // segments adopted by imports
 	ImplicitSeals int    // seals the executor added before an import whose layering was unknown
 	Peer          int    // peer segments made
+
+	Follows        int    // Follow calls that succeeded
+	FollowsExact   int    // ... after which the follower was compared with the model in full
+	FollowFetched  int    // segments the follower fetched (Import count of its Metrics)
+	FollowRetries  int    // Follows retried after ErrNoSegment (a leader merge retired a segment)
+	FollowSkipped  int    // Follows left out because the store under test lost power before ChangesSince
+	FollowCrashes  [6]int // follower power losses checked, by vfs.CrashMode
+	FollowCrashMid int    // ... of them taken during the Follow (not after it)
+	FollowCrashOld int    // ... of them that came back to the mirror before the Follow
+	Diverged       int    // Follows refused with ErrDiverged
+	Gaps           int    // kept Changes refused with ErrFollowGap
+	StaleApplied   int    // kept Changes applied (an older state of the leader)
+	Replaces       int    // ReplaceAll calls that succeeded
+	ReplaceSegs    int    // segments they installed
 }
 
 // Add accumulates o into s.
@@ -72,6 +90,21 @@ func (s *Stats) Add(o Stats) {
 	s.ImportedSegs += o.ImportedSegs
 	s.ImplicitSeals += o.ImplicitSeals
 	s.Peer += o.Peer
+	s.Follows += o.Follows
+	s.FollowsExact += o.FollowsExact
+	s.FollowFetched += o.FollowFetched
+	s.FollowRetries += o.FollowRetries
+	s.FollowSkipped += o.FollowSkipped
+	for i := range s.FollowCrashes {
+		s.FollowCrashes[i] += o.FollowCrashes[i]
+	}
+	s.FollowCrashMid += o.FollowCrashMid
+	s.FollowCrashOld += o.FollowCrashOld
+	s.Diverged += o.Diverged
+	s.Gaps += o.Gaps
+	s.StaleApplied += o.StaleApplied
+	s.Replaces += o.Replaces
+	s.ReplaceSegs += o.ReplaceSegs
 }
 
 // TotalOps is the number of ops executed.
@@ -155,6 +188,11 @@ type runner struct {
 
 	lastSeq uint64
 
+	// The follower of the store under test (follow.go), opened at the
+	// first OpFollow, and the peer's whole state (for OpReplace).
+	fl        follower
+	peerState kv
+
 	stats Stats
 	opIdx int
 	sab   sabotage
@@ -174,10 +212,11 @@ const (
 	sabotageNone       sabotage = iota
 	sabotageLosePut             // the model forgets the first Put
 	sabotageAllDurable          // the model takes every write for durable
+	sabotageFollowOld           // the model expects the follower to read the state of the Follow before
 )
 
 func runWith(c Config, ops []Op, sab sabotage) (*Failure, Stats) {
-	r := &runner{c: c, ctx: context.Background(), segs: map[int]*peerSeg{}, m: newModel(c), sab: sab}
+	r := &runner{c: c, ctx: context.Background(), segs: map[int]*peerSeg{}, m: newModel(c), sab: sab, peerState: kv{}}
 	f := r.run(ops)
 	r.shutdown()
 	return f, r.stats
@@ -260,6 +299,10 @@ func (r *runner) run(ops []Op) *Failure {
 	if f := r.reopen(); f != nil {
 		return f
 	}
+	// A follower, if the trace made one, catches up once more, exactly.
+	if r.fl.s != nil {
+		return r.followOp(Op{Kind: OpFollow, Sealed: true, Rand: r.c.Seed})
+	}
 	return nil
 }
 
@@ -306,6 +349,11 @@ func (r *runner) shutdown() {
 	if r.peer != nil {
 		_ = r.peer.Close()
 		r.peer = nil
+	}
+	if r.fl.s != nil {
+		r.fl.mem.SetSyncHook(nil)
+		_ = r.fl.s.Close()
+		r.fl.s = nil
 	}
 }
 
@@ -428,7 +476,7 @@ func (r *runner) step(op Op) *Failure {
 		if sl == nil {
 			return nil
 		}
-		return r.iterMove(sl, op)
+		return r.iterMove(ClassRead, sl, op)
 	case OpIterClose:
 		sl := r.iters[op.Slot]
 		if sl == nil {
@@ -485,6 +533,10 @@ func (r *runner) step(op Op) *Failure {
 		return r.importOp(op)
 	case OpExport:
 		return r.export(op)
+	case OpFollow:
+		return r.followOp(op)
+	case OpReplace:
+		return r.replaceOp(op)
 	default:
 		return r.fail(ClassOpError, "unknown op kind %d", op.Kind)
 	}
@@ -522,6 +574,10 @@ func (r *runner) closeSnap(slot int) error {
 }
 
 func (r *runner) checkGet(what string, st kv, key, v []byte, err error) *Failure {
+	return r.checkGetClass(ClassRead, what, st, key, v, err)
+}
+
+func (r *runner) checkGetClass(class, what string, st kv, key, v []byte, err error) *Failure {
 	r.stats.Reads++
 	want, ok := st[string(key)]
 	switch {
@@ -530,16 +586,16 @@ func (r *runner) checkGet(what string, st kv, key, v []byte, err error) *Failure
 	case err != nil && !errors.Is(err, segstore.ErrNotFound):
 		return r.fail(ClassOpError, "%s(%q): %v", what, key, err)
 	case !ok:
-		return r.fail(ClassRead, "%s(%q) = %s, want not found", what, key, qv(v))
+		return r.fail(class, "%s(%q) = %s, want not found", what, key, qv(v))
 	case err != nil:
-		return r.fail(ClassRead, "%s(%q): not found, want %s", what, key, qv([]byte(want)))
+		return r.fail(class, "%s(%q): not found, want %s", what, key, qv([]byte(want)))
 	case string(v) != want:
-		return r.fail(ClassRead, "%s(%q) = %s, want %s", what, key, qv(v), qv([]byte(want)))
+		return r.fail(class, "%s(%q) = %s, want %s", what, key, qv(v), qv([]byte(want)))
 	}
 	return nil
 }
 
-func (r *runner) iterMove(sl *iterSlot, op Op) *Failure {
+func (r *runner) iterMove(class string, sl *iterSlot, op Op) *Failure {
 	it := sl.it
 	var ok bool
 	switch op.Move {
@@ -571,21 +627,21 @@ func (r *runner) iterMove(sl *iterSlot, op Op) *Failure {
 		if ok {
 			got = fmt.Sprintf("at %q", it.Key())
 		}
-		return r.fail(ClassRead, "iterator %s: %s (Valid %v), want %s", op.Move, got, it.Valid(), want)
+		return r.fail(class, "iterator %s: %s (Valid %v), want %s", op.Move, got, it.Valid(), want)
 	}
 	if !ok {
 		return nil
 	}
 	k := m.keys[m.pos]
 	if string(it.Key()) != k {
-		return r.fail(ClassRead, "iterator %s: at %q, want %q", op.Move, it.Key(), k)
+		return r.fail(class, "iterator %s: at %q, want %q", op.Move, it.Key(), k)
 	}
 	v, err := it.Value()
 	if err != nil {
 		return r.fail(ClassOpError, "iterator Value at %q: %v", k, err)
 	}
 	if string(v) != m.st[k] {
-		return r.fail(ClassRead, "iterator value at %q = %s, want %s", k, qv(v), qv([]byte(m.st[k])))
+		return r.fail(class, "iterator value at %q = %s, want %s", k, qv(v), qv([]byte(m.st[k])))
 	}
 	return nil
 }
@@ -640,29 +696,38 @@ func readAll(s *segstore.Store) (kv, error) {
 // fullCompare reads the whole store (a scan, a backward walk and a Get of
 // every key) and compares with want.
 func (r *runner) fullCompare(want kv, when string) *Failure {
-	got, err := readAll(r.s)
+	return r.storeCompare(r.s, ClassRead, want, when)
+}
+
+func (r *runner) pointCompare(want kv, when string) *Failure {
+	return r.storePointCompare(r.s, ClassRead, want, when)
+}
+
+// storeCompare is fullCompare of store s, failing with class.
+func (r *runner) storeCompare(s *segstore.Store, class string, want kv, when string) *Failure {
+	got, err := readAll(s)
 	if err != nil {
 		return r.fail(ClassOpError, "%s: scan: %v", when, err)
 	}
 	if !maps.Equal(got, want) {
-		return r.fail(ClassRead, "%s: scan:%s", when, diff(got, want))
+		return r.fail(class, "%s: scan:%s", when, diff(got, want))
 	}
-	return r.pointCompare(want, when)
+	return r.storePointCompare(s, class, want, when)
 }
 
-func (r *runner) pointCompare(want kv, when string) *Failure {
+func (r *runner) storePointCompare(s *segstore.Store, class string, want kv, when string) *Failure {
 	keys := sortedKeys(want)
 	for i := 0; i < r.c.Keys; i += 3 {
 		keys = append(keys, fmt.Sprintf("k%04d", i)) // absent ones too
 	}
 	for _, k := range keys {
-		v, err := r.s.Get([]byte(k))
-		if f := r.checkGet("Get "+when, want, []byte(k), v, err); f != nil {
+		v, err := s.Get([]byte(k))
+		if f := r.checkGetClass(class, "Get "+when, want, []byte(k), v, err); f != nil {
 			return f
 		}
 	}
 	// Backward.
-	it, err := r.s.NewIterator(nil)
+	it, err := s.NewIterator(nil)
 	if err != nil {
 		return r.fail(ClassOpError, "%s: NewIterator: %v", when, err)
 	}
@@ -675,12 +740,15 @@ func (r *runner) pointCompare(want kv, when string) *Failure {
 			if i >= 0 {
 				exp = fmt.Sprintf("%q", sorted[i])
 			}
-			return r.fail(ClassRead, "%s: backward walk at %q, want %s", when, it.Key(), exp)
+			return r.fail(class, "%s: backward walk at %q, want %s", when, it.Key(), exp)
 		}
 		i--
 	}
+	if err := it.Err(); err != nil {
+		return r.fail(ClassOpError, "%s: backward walk: %v", when, err)
+	}
 	if i >= 0 {
-		return r.fail(ClassRead, "%s: backward walk ended before %q", when, sorted[i])
+		return r.fail(class, "%s: backward walk ended before %q", when, sorted[i])
 	}
 	return nil
 }
@@ -859,6 +927,7 @@ func (r *runner) peerSegment(op Op) *Failure {
 	if err := r.peer.Apply(b); err != nil {
 		return r.fail(ClassOpError, "peer Apply: %v", err)
 	}
+	replay(r.peerState, op.Batch)
 	if err := r.peer.Seal(); err != nil {
 		return r.fail(ClassOpError, "peer Seal: %v", err)
 	}
