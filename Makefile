@@ -37,8 +37,8 @@ crash:
 # The metamorphic test (internal/metamorphic) at length: META_SEEDS seeds of
 # META_OPS ops from META_FIRST (default: a new range each run, from the
 # clock); META_KNOWN=open (default) holds the store to everything but the
-# known open bug (present-reimport, docs/RELIABILITY.md), include to
-# everything, avoid also leaves out the op patterns of issue 28's bugs.
+# known open bugs (none today, docs/RELIABILITY.md), include to everything,
+# avoid also leaves out the op patterns of issue 28's bugs.
 # A failing seed prints its shrunk trace and writes it to META_OUT; replay
 # with META_TRACE=file go test ./internal/metamorphic -run 'TestMeta$' -v.
 META_SEEDS  ?= 400

@@ -246,22 +246,42 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 	for _, sg := range written {
 		wanted[sg.meta.DataDigest] = true
 	}
-	have := s.mlog.Adopted(wanted)
+	remembered := s.mlog.Adopted(wanted)
+	present := make(map[uint64]bool)
 	s.mu.RLock()
 	for _, sg := range s.mu.segs {
-		have[sg.meta.DataDigest] = true
+		if wanted[sg.meta.DataDigest] {
+			present[sg.meta.DataDigest] = true
+		}
 	}
 	s.mu.RUnlock()
+	// A stream skipped because the store holds a segment with its digest
+	// (sealed here, or installed by a ReplaceAll or a Follow) counts as
+	// adopted: it is remembered too, so that a re-run after a merge or a
+	// range drop retired that segment still changes nothing.
+	var skipped []uint64
 	fresh := written[:0]
 	for _, sg := range written {
-		if have[sg.meta.DataDigest] {
+		d := sg.meta.DataDigest
+		switch {
+		case remembered[d]:
 			removeFiles(sg)
-			continue
+		case present[d]:
+			removeFiles(sg)
+			skipped = append(skipped, d)
+		default:
+			fresh = append(fresh, sg)
 		}
-		fresh = append(fresh, sg)
 	}
 	written = fresh
 	if len(written) == 0 {
+		if len(skipped) > 0 {
+			// The segment set does not change: a commit of the digests
+			// alone, with nothing to seal.
+			if err := s.commit(commitSpec{adopt: skipped}); err != nil {
+				return nil, err
+			}
+		}
 		return []SegmentInfo{}, nil
 	}
 	// One directory sync makes every new file's entry durable; only then may
@@ -270,7 +290,7 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 		cleanup()
 		return nil, fmt.Errorf("segkv: import: sync directory: %w", err)
 	}
-	if err := s.commitImport(written); err != nil {
+	if err := s.commitImport(written, skipped); err != nil {
 		if !errors.Is(err, ErrFailed) {
 			cleanup()
 			return nil, err
@@ -296,12 +316,13 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 // are any. A seal writes its data barrier first when the write path left
 // bytes unsynced (SyncManual, SyncInterval), so no crash can keep the
 // import and lose a write acknowledged before it that shadowed an imported
-// key. An error that does not match ErrFailed changed nothing. sealMu and
-// importMu held.
-func (s *Store) commitImport(written []*sealed) error {
-	spec := &commitSpec{add: written, adopt: make([]uint64, len(written))}
-	for i, sg := range written {
-		spec.adopt[i] = sg.meta.DataDigest
+// key. skipped are digests skipped as present, remembered with the
+// adopted ones. An error that does not match ErrFailed changed nothing.
+// sealMu and importMu held.
+func (s *Store) commitImport(written []*sealed, skipped []uint64) error {
+	spec := &commitSpec{add: written, adopt: slices.Clone(skipped)}
+	for _, sg := range written {
+		spec.adopt = append(spec.adopt, sg.meta.DataDigest)
 	}
 	seg, err := s.sealLocked(nil, spec)
 	if err != nil || seg != nil {

@@ -23,7 +23,7 @@ import (
 //	-ops N      META_OPS       ops per seed (default 600)
 //	-trace F    META_TRACE     replay the trace file F (a failing run writes one)
 //	-known M    META_KNOWN     "open" (default) holds the store to everything but the known open bugs
-//	                           (Avoid.PresentReimport); "include" to everything; "avoid" leaves out also
+//	                           (AvoidOpen: none today); "include" to everything; "avoid" leaves out also
 //	                           the op patterns of the bugs of issue 28 (fixed on main since); or a
 //	                           comma-separated list of reimport, import-unsealed, present-reimport
 //	-shrink D   META_SHRINK    time budget of the shrinker per failure (default 60s)
