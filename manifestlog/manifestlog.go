@@ -175,7 +175,10 @@ type Options struct {
 	// generation 1 beside them is damage (a manifest emptied or zeroed),
 	// not a crash while creating the store: Open and OpenReadOnly then
 	// refuse with a *corruption.Error instead of re-creating the empty
-	// state, which would disown every data file.
+	// state, which would disown every data file. With HasData they also
+	// refuse when no generation exists at all (never create a manifest
+	// beside data files) and when a file whose name starts with MANIFEST-
+	// is not a generation name (a renamed manifest: IsGenerationName).
 	HasData bool
 }
 
