@@ -277,7 +277,12 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 	if len(written) == 0 {
 		if len(skipped) > 0 {
 			// The segment set does not change: a commit of the digests
-			// alone, with nothing to seal.
+			// alone. Like every import's, it is a durable point: the live
+			// file's writes are made durable first, so that no crash keeps
+			// the memory of this import and loses a write before it.
+			if err := s.syncLive(); err != nil {
+				return nil, err
+			}
 			if err := s.commit(commitSpec{adopt: skipped}); err != nil {
 				return nil, err
 			}

@@ -197,7 +197,11 @@ func (m *model) importSegs(segs []*peerSeg, added, present map[uint64]bool) (wan
 	adopted := maps.Clone(c.adopted)
 	maybe := maps.Clone(c.maybe)
 	sealed := maps.Clone(m.sealed)
+	remembered := false // a stream skipped as present, newly remembered
 	for _, s := range segs {
+		if present[s.digest] && !adopted[s.digest] && !maybe[s.digest] && !added[s.digest] && !m.presentDoubt {
+			remembered = true
+		}
 		if maybe[s.digest] || (present[s.digest] && !adopted[s.digest]) {
 			// Adopted before the power loss or not, or present: the
 			// store knows.
@@ -226,9 +230,17 @@ func (m *model) importSegs(segs []*peerSeg, added, present map[uint64]bool) (wan
 		}
 	}
 	if want == 0 {
-		// Nothing adopted, nothing committed: not a durable point either
-		// (the unsynced writes before it may still be lost, as a suffix).
+		// Nothing adopted. Nothing committed either, unless a stream was
+		// skipped as present and is remembered from now on: that commit
+		// of the digests alone is a durable point (the store syncs the
+		// live file first). Otherwise the unsynced writes before it may
+		// still be lost, as a suffix. A stream the model could not place
+		// (maybe) may have been remembered here too: then the store
+		// decided, and the point is not claimed durable.
 		m.push(histEntry{st: c.st, adopted: adopted, maybe: maybe})
+		if remembered {
+			m.setDurable()
+		}
 		return 0, nil
 	}
 	st := maps.Clone(sealed)
