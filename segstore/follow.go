@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
-
-	"github.com/segkv/segkv/segment"
 )
 
 // A follower mirrors a leader's sealed segments exactly: the same
@@ -107,9 +104,7 @@ func (s *Store) Follow(ctx context.Context, ch Changes, open func(SegmentInfo) (
 	var copied []*sealed
 	cleanup := func() {
 		for _, sg := range copied {
-			sg.df.unmap() // never installed: its index mapping goes too
-			s.fs.Remove(sg.df.path)
-			s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+			s.discardUncommitted(sg)
 		}
 	}
 	for i := range parts {

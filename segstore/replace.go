@@ -116,9 +116,7 @@ func (s *Store) ReplaceAllChecked(ctx context.Context, segs []ReplaceSegment, ch
 	var copied []*sealed
 	cleanup := func() {
 		for _, sg := range copied {
-			sg.df.unmap() // never installed: its index mapping goes too
-			s.fs.Remove(sg.df.path)
-			s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+			s.discardUncommitted(sg)
 		}
 	}
 	for j := range parts {
@@ -211,6 +209,16 @@ func (s *Store) replaceCopy(ctx context.Context, i int, rs ReplaceSegment) (*sea
 	return s.copyClaimed(ctx, i, fmt.Sprintf("replace stream %d", i), rs.Data, rs.Size, rs.Digest)
 }
 
+// discardUncommitted removes the files of a segment copied in (an import,
+// a ReplaceAll or a Follow) that no commit named, and its index mapping:
+// nobody read it. A failed removal leaves a file the next Open removes as
+// uncommitted.
+func (s *Store) discardUncommitted(sg *sealed) {
+	sg.df.unmap()
+	s.fs.Remove(sg.df.path)
+	s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+}
+
 // copyClaimed copies r, which must hold exactly the data file of size bytes
 // and digest claimed, into a new ".seg" file, validated like an import's,
 // synced, with its index written (unsynced). A stream that is not the
@@ -225,9 +233,7 @@ func (s *Store) copyClaimed(ctx context.Context, i int, name string, r io.Reader
 	if sg.meta.DataLength != size || sg.meta.DataDigest != digest {
 		err := corruption.New(name, -1, "the stream holds %d bytes with digest %016x, the segment claimed is %d bytes with digest %016x",
 			sg.meta.DataLength, sg.meta.DataDigest, size, digest)
-		sg.df.unmap()
-		s.fs.Remove(sg.df.path)
-		s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
+		s.discardUncommitted(sg)
 		return nil, &ImportError{Stream: i, Offset: -1, Err: err}
 	}
 	return sg, nil

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -202,14 +201,9 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 	defer done()
 
 	var written []*sealed
-	removeFiles := func(sg *sealed) {
-		sg.df.unmap() // nobody read the segment: its index mapping goes too
-		s.fs.Remove(sg.df.path)
-		s.fs.Remove(filepath.Join(s.dir, segment.IndexName(sg.df.id)))
-	}
 	cleanup := func() {
 		for _, sg := range written {
-			removeFiles(sg)
+			s.discardUncommitted(sg)
 		}
 	}
 	batch := map[uint64]bool{} // digests seen earlier in this batch
@@ -224,7 +218,7 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 			return nil, importError(ctx, i, err)
 		}
 		if batch[sg.meta.DataDigest] {
-			removeFiles(sg)
+			s.discardUncommitted(sg)
 			continue
 		}
 		batch[sg.meta.DataDigest] = true
@@ -265,9 +259,9 @@ func (s *Store) Import(ctx context.Context, segments ...io.Reader) (infos []Segm
 		d := sg.meta.DataDigest
 		switch {
 		case remembered[d]:
-			removeFiles(sg)
+			s.discardUncommitted(sg)
 		case present[d]:
-			removeFiles(sg)
+			s.discardUncommitted(sg)
 			skipped = append(skipped, d)
 		default:
 			fresh = append(fresh, sg)
