@@ -43,6 +43,19 @@ func TestCrashAtEverySyncPointWidened(t *testing.T) {
 
 func runCrashWorkload(t *testing.T, seed uint64, steps int, widen func()) int {
 	t.Helper()
+	return runCrashWorkloadWith(t, seed, steps, widen, crashWorkload{})
+}
+
+// crashWorkload varies runCrashWorkload: merge, if not nil, sets the
+// store's merge options, and step, if not nil, runs before each step and
+// may take it (returning true) instead of the write or seal.
+type crashWorkload struct {
+	merge *MergeOptions
+	step  func(s *Store, rng *rand.Rand) bool
+}
+
+func runCrashWorkloadWith(t *testing.T, seed uint64, steps int, widen func(), w crashWorkload) int {
+	t.Helper()
 	const keySpace = 40
 	rng := rand.New(rand.NewPCG(seed, 99))
 	mem := vfs.NewMem()
@@ -51,9 +64,15 @@ func runCrashWorkload(t *testing.T, seed uint64, steps int, widen func()) int {
 	// history[i] is the model after i acknowledged batches.
 	history := []model{{}}
 	opts := &Options{FS: mem, SegmentSize: 4 << 10}
+	if w.merge != nil {
+		opts.Merge = *w.merge
+	}
 	s := mustOpen(t, "/db", opts)
 	mem.SetSyncHook(rec.Hook)
 	for i := 0; i < steps; i++ {
+		if w.step != nil && w.step(s, rng) {
+			continue
+		}
 		if rng.IntN(12) == 0 {
 			require.NoError(t, s.Seal())
 			continue
@@ -73,7 +92,7 @@ func runCrashWorkload(t *testing.T, seed uint64, steps int, widen func()) int {
 
 	points := rec.Points()
 	for _, p := range points {
-		st, err := Open("/db", &Options{FS: p.FS, SegmentSize: 4 << 10})
+		st, err := Open("/db", &Options{FS: p.FS, SegmentSize: 4 << 10, Merge: opts.Merge})
 		require.NoError(t, err, "crash point %s", p.Label)
 		// Any state from the batches acknowledged before the image to those
 		// begun by then. Not just Lo+1: an image taken on a background sync
@@ -98,7 +117,7 @@ func runCrashWorkload(t *testing.T, seed uint64, steps int, widen func()) int {
 		// The recovered store must accept writes and keep them.
 		require.NoError(t, st.Put([]byte("after-crash"), []byte("ok")), "crash point %s", p.Label)
 		require.NoError(t, st.Close())
-		st, err = Open("/db", &Options{FS: p.FS, SegmentSize: 4 << 10})
+		st, err = Open("/db", &Options{FS: p.FS, SegmentSize: 4 << 10, Merge: opts.Merge})
 		require.NoError(t, err)
 		v, err := st.Get([]byte("after-crash"))
 		require.NoError(t, err)

@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -205,4 +206,23 @@ func (d *dataFile) remove() {
 		}
 	}
 	d.s.stats.filesRemoved.Add(1)
+}
+
+// pinSegments returns the installed segments, newest first, and the
+// manifest seq of that list, each segment's file pinned until release is
+// called: work outside mu can then read them even if a commit retires them
+// meanwhile.
+func (s *Store) pinSegments() (newestFirst []*sealed, seq uint64, release func()) {
+	s.mu.RLock()
+	newestFirst = slices.Clone(s.mu.segs)
+	seq = s.mu.segsSeq
+	for _, sg := range newestFirst {
+		sg.df.pin()
+	}
+	s.mu.RUnlock()
+	return newestFirst, seq, func() {
+		for _, sg := range newestFirst {
+			sg.df.unpin()
+		}
+	}
 }

@@ -44,6 +44,17 @@ type MergeOptions struct {
 	// order (keys written in order, like a log) is never rewritten. Set it
 	// for a store that is never scanned.
 	KeepWriteOrder bool
+	// GarbageRatio is the estimated fraction of a sealed segment's bytes
+	// that no read can reach (records that newer segments supersede or
+	// delete, point tombstones with nothing older left to delete) at which
+	// the merge rewrites the segment alone without them, when no run is
+	// worth merging (default 0.2: a settled store is then at most about a
+	// fifth garbage). It must lie in (0, 1]; 1 reclaims only segments that
+	// are entirely garbage. The estimate checks a fixed sample of each
+	// segment's records against the newer and older segments' indexes, so
+	// it costs the same at any size. A rewrite that finds nothing to keep
+	// drops the segment without writing anything.
+	GarbageRatio float64
 }
 
 func (m MergeOptions) withDefaults() (MergeOptions, error) {
@@ -64,6 +75,12 @@ func (m MergeOptions) withDefaults() (MergeOptions, error) {
 	}
 	if m.MaxStepBytes == 0 {
 		m.MaxStepBytes = defaultMergeStepBytes
+	}
+	if m.GarbageRatio == 0 {
+		m.GarbageRatio = defaultGarbageRatio
+	}
+	if m.GarbageRatio < 0 || m.GarbageRatio > 1 || m.GarbageRatio != m.GarbageRatio {
+		return m, fmt.Errorf("%w: GarbageRatio %v outside (0, 1]", ErrInvalidOption, m.GarbageRatio)
 	}
 	return m, nil
 }
@@ -115,11 +132,15 @@ func pickRun(oldestFirst []*sealed, o MergeOptions, full bool) []*sealed {
 	return oldestFirst[bestStart : bestStart+bestLen]
 }
 
-// pickOwnRun picks the next run among the store's own segments: a
-// follower's mirrored segments (Origin set) are the leader's to merge, and
-// a Follow must find them as the leader described them. A run never spans
-// a mirrored segment, so it stays adjacent in order.
-func pickOwnRun(oldestFirst []*sealed, o MergeOptions, full bool) []*sealed {
+// pickOwnRun picks the next step's inputs among the store's own segments:
+// a follower's mirrored segments (Origin set) are the leader's to merge,
+// and a Follow must find them as the leader described them. A run never
+// spans a mirrored segment, so it stays adjacent in order. With no run
+// worth merging, it picks one segment to rewrite alone: the one with the
+// most garbage (garbage gives each segment's estimated garbage bytes) if
+// that reaches the GarbageRatio of its size (full: any garbage), else one
+// not in key order.
+func pickOwnRun(oldestFirst []*sealed, o MergeOptions, full bool, garbage func(*sealed) int64) []*sealed {
 	var chunks [][]*sealed
 	start := -1
 	for i, sg := range oldestFirst {
@@ -142,12 +163,36 @@ func pickOwnRun(oldestFirst []*sealed, o MergeOptions, full bool) []*sealed {
 			return run
 		}
 	}
+	if sg := pickGarbage(chunks, o, full, garbage); sg != nil {
+		return []*sealed{sg}
+	}
 	for _, c := range chunks {
 		if run := pickUnordered(c, o); len(run) > 0 {
 			return run
 		}
 	}
 	return nil
+}
+
+// pickGarbage returns the own segment with the most estimated garbage
+// bytes, if they reach o.GarbageRatio of its data (full: if it has any),
+// else nil. Ties go to the older segment.
+func pickGarbage(chunks [][]*sealed, o MergeOptions, full bool, garbage func(*sealed) int64) *sealed {
+	var best *sealed
+	var bestBytes int64
+	for _, c := range chunks {
+		for _, sg := range c {
+			gb := garbage(sg)
+			if gb <= bestBytes {
+				continue
+			}
+			if !full && float64(gb) < o.GarbageRatio*float64(sg.meta.DataLength) {
+				continue
+			}
+			best, bestBytes = sg, gb
+		}
+	}
+	return best
 }
 
 // pickUnordered chooses a sealed segment to rewrite in key order: the
@@ -216,6 +261,13 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 
+	// The garbage estimates are brought up to date first, outside
+	// commitMu: the first refresh after Open reads a sample of every
+	// segment's index, and no seal should wait for that.
+	view, seq, release := s.pinSegments()
+	garbage := s.refreshGarbage(view, seq)
+	release()
+
 	// The run is picked and claimed under commitMu, so that no commit drops
 	// one of its segments under a range tombstone (coveredByRanges leaves
 	// claimed segments alone) between the pick and the merge's own commit.
@@ -227,11 +279,14 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		s.commitMu.Unlock()
 		return true, nil
 	}
-	s.mu.RLock()
-	oldestFirst := slices.Clone(s.mu.segs)
-	s.mu.RUnlock()
+	// Every installed segment stays pinned for the step: the inputs, and
+	// the newer and older segments a rewrite alone checks its records
+	// against, which a commit may retire meanwhile (a range drop).
+	newestFirst, _, release := s.pinSegments()
+	defer release()
+	oldestFirst := slices.Clone(newestFirst)
 	slices.Reverse(oldestFirst)
-	run := pickOwnRun(oldestFirst, s.mergeOpts, full)
+	run := pickOwnRun(oldestFirst, s.mergeOpts, full, garbage.of)
 	for _, sg := range run {
 		s.merging[sg.meta.ID] = true
 	}
@@ -265,15 +320,21 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		info.Duration = time.Since(start)
 		s.mergeEnd(info)
 	}()
-	for _, sg := range run {
-		sg.df.pin()
-	}
-	defer func() {
-		for _, sg := range run {
-			sg.df.unpin()
+	// A segment rewritten alone leaves out what the segments newer than it
+	// shadow and the tombstones nothing older needs (garbage.go).
+	var reclaim *reclaimer
+	if len(run) == 1 {
+		reclaim = &reclaimer{}
+		for _, sg := range newestFirst {
+			switch {
+			case sg.meta.Order > run[0].meta.Order:
+				reclaim.newer = append(reclaim.newer, sg)
+			case sg.meta.Order < run[0].meta.Order:
+				reclaim.older = append(reclaim.older, sg)
+			}
 		}
-	}()
-	out, err := s.writeMerged(ctx, run, dropTombstones)
+	}
+	out, err := s.writeMerged(ctx, run, dropTombstones, reclaim)
 	if err != nil {
 		info.Err = err
 		if errors.Is(context.Cause(ctx), errReplaced) {
@@ -283,15 +344,26 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		}
 		return false, err
 	}
-	if err := s.commitSegments([]*sealed{out}, info.Inputs, 0, nil); err != nil {
-		out.df.unmap() // never installed: release its index mapping
+	var add []*sealed
+	if out != nil {
+		add = []*sealed{out}
+	}
+	if err := s.commitSegments(add, info.Inputs, 0, nil); err != nil {
+		if out != nil {
+			out.df.unmap() // never installed: release its index mapping
+		}
 		info.Err = err
 		return false, err
 	}
 	s.stats.merges.Add(1)
+	if reclaim != nil {
+		s.stats.rewrites.Add(1)
+	}
 	s.stats.mergedBytesIn.Add(info.BytesIn)
-	s.stats.mergedBytesOut.Add(out.meta.DataLength)
-	info.Output, info.BytesOut = out.meta.ID, out.meta.DataLength
+	if out != nil {
+		s.stats.mergedBytesOut.Add(out.meta.DataLength)
+		info.Output, info.BytesOut = out.meta.ID, out.meta.DataLength
+	}
 	return true, nil
 }
 
@@ -321,9 +393,12 @@ func (c *mergeCursor) load() (bool, error) {
 
 // writeMerged writes the merge output of run (ordered oldest first) to a new
 // ".seg" file, makes it durable with its directory entry, writes its index
-// (unsynced), and returns the segment, not yet committed. On any error the
-// output file is removed (and would be by the next Open anyway).
-func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones bool) (_ *sealed, err error) {
+// (unsynced), and returns the segment, not yet committed; reclaim, if not
+// nil, leaves out the records it drops. An output with no record at all is
+// removed and writeMerged returns nil: the commit only drops the inputs.
+// On any error the output file is removed (and would be by the next Open
+// anyway).
+func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones bool, reclaim *reclaimer) (_ *sealed, err error) {
 	df, w, err := s.createMergeOutput(ctx)
 	if err != nil {
 		return nil, err
@@ -341,8 +416,12 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	if err := w.writeRanges(run, dropTombstones); err != nil {
 		return nil, err
 	}
-	if err := w.writeSurvivors(run, handles, dropTombstones); err != nil {
+	if err := w.writeSurvivors(run, handles, dropTombstones, reclaim); err != nil {
 		return nil, err
+	}
+	if w.records == 0 {
+		w.out.discard(s.fs)
+		return nil, nil
 	}
 	length, digest, err := s.finishMergeOutput(w)
 	if err != nil {
@@ -476,7 +555,7 @@ func (w *mergeWriter) writeRanges(run []*sealed, dropTombstones bool) error {
 // writes the newest version of each key, unless it is a tombstone the
 // merge may drop or a newer input's range tombstone deletes it; then
 // flushes the last frame.
-func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropTombstones bool) error {
+func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropTombstones bool, reclaim *reclaimer) error {
 	// newerRanges[i] is the union of the range tombstones of the inputs
 	// newer than input i: a key input i holds is deleted if it covers it.
 	newerRanges := make([]*rangedel.Set, len(run))
@@ -504,6 +583,15 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 		e := cursors[best].entry
 		if e.Kind == index.KindDelete && dropTombstones || newerRanges[best].Covers(key) {
 			continue
+		}
+		if reclaim != nil {
+			drop, err := reclaim.drop(key, e.Kind)
+			if err != nil {
+				return err
+			}
+			if drop {
+				continue
+			}
 		}
 		var rec []byte
 		if rec, buf, err = readMergeRecord(run[best], maps[best], handles[best], e, buf); err != nil {

@@ -33,6 +33,7 @@ type counters struct {
 	spareMisses    atomic.Int64
 	filesRemoved   atomic.Int64
 	merges         atomic.Int64
+	rewrites       atomic.Int64
 	mergedBytesIn  atomic.Int64
 	mergedBytesOut atomic.Int64
 	indexRebuilds  atomic.Int64
@@ -132,17 +133,20 @@ func (h *histogram) snapshot() Histogram {
 // two readings divided by the time between them), or a gauge, a current
 // value that goes up and down. Counters start at zero at every Open.
 type Metrics struct {
-	Segments       int   // gauge: sealed segments
-	SegmentBytes   int64 // gauge: bytes of sealed data files
-	LiveBytes      int64 // gauge: bytes appended to the live file
-	OpenFiles      int   // gauge: sealed segment files held open (file cache)
-	Writes         int64 // counter: acknowledged Put/Delete/DeleteRange/Apply calls
-	Seals          int64 // counter: live files sealed into segments (Seal, automatic, on Close)
-	SealDataSyncs  int64 // counter: seals that had to fdatasync the sealed file themselves
-	SparesMade     int64 // counter: live files made ahead of need
-	SpareMisses    int64 // counter: seals that found no spare ready and made one on their path
-	ManifestSeq    uint64
-	Merges         int64 // counter: merge steps committed
+	Segments      int   // gauge: sealed segments
+	SegmentBytes  int64 // gauge: bytes of sealed data files
+	LiveBytes     int64 // gauge: bytes appended to the live file
+	OpenFiles     int   // gauge: sealed segment files held open (file cache)
+	Writes        int64 // counter: acknowledged Put/Delete/DeleteRange/Apply calls
+	Seals         int64 // counter: live files sealed into segments (Seal, automatic, on Close)
+	SealDataSyncs int64 // counter: seals that had to fdatasync the sealed file themselves
+	SparesMade    int64 // counter: live files made ahead of need
+	SpareMisses   int64 // counter: seals that found no spare ready and made one on their path
+	ManifestSeq   uint64
+	Merges        int64 // counter: merge steps committed
+	// Rewrites counts the merge steps that rewrote one segment alone (for
+	// its garbage or into key order), among Merges. A counter.
+	Rewrites       int64
 	MergedBytesIn  int64 // counter: data bytes read by merges (their inputs' data length)
 	MergedBytesOut int64 // counter: data bytes written by merges (their outputs' data length)
 	FilesRemoved   int64 // counter: data files removed after their last reader
@@ -154,10 +158,17 @@ type Metrics struct {
 	// range tombstone covers every key they hold. A counter.
 	RangeDropped int64
 	// MergeBacklog is the number of segments the background merge would
-	// take in its next step: 0 when it has nothing to do (or is disabled).
-	// A step in progress counts until it commits, so 0 also means no merge
+	// take in its next step: 0 when it has nothing to do (or is disabled),
+	// which includes that no segment's garbage reaches GarbageRatio. A
+	// step in progress counts until it commits, so 0 also means no merge
 	// is running. A gauge.
 	MergeBacklog int
+	// GarbageBytes estimates the bytes of sealed segments that no read can
+	// reach: records that newer segments supersede or delete, and point
+	// tombstones with nothing older left to delete. The merge rewrites a
+	// segment without them once they reach MergeOptions.GarbageRatio of
+	// it. A gauge.
+	GarbageBytes int64
 
 	// Gets is a counter of Get calls that returned (GetHits + GetMisses +
 	// the calls that failed, with an error other than ErrNotFound).
@@ -234,6 +245,7 @@ func (s *Store) Metrics() Metrics {
 		OpenFiles:        s.files.openCount(),
 		ManifestSeq:      s.mlog.Seq(),
 		Merges:           s.stats.merges.Load(),
+		Rewrites:         s.stats.rewrites.Load(),
 		MergedBytesIn:    s.stats.mergedBytesIn.Load(),
 		MergedBytesOut:   s.stats.mergedBytesOut.Load(),
 		FilesRemoved:     s.stats.filesRemoved.Load(),
@@ -272,10 +284,6 @@ func (s *Store) Metrics() Metrics {
 		m.DiskBytes += fr.w.Offset()
 		m.Files++
 	}
-	var oldestFirst []*sealed
-	if !s.mergeOpts.Disable {
-		oldestFirst = slices.Clone(s.mu.segs)
-	}
 	s.mu.RUnlock()
 	s.spare.Lock()
 	if s.spare.file != nil {
@@ -283,13 +291,25 @@ func (s *Store) Metrics() Metrics {
 	}
 	s.spare.Unlock()
 	m.DiskBytes += m.SegmentBytes + m.IndexBytes + m.ManifestBytes
-	if len(oldestFirst) > 0 {
+	// The garbage estimates are refreshed here too, so that a backlog of
+	// 0 means the space is reclaimed even before the merge goroutine has
+	// looked at the latest commit. After the first refresh this costs
+	// only the checks of what changed since the last one.
+	// Not once Close has begun: the indexes are being released.
+	if s.ops.enter() != nil {
+		return m
+	}
+	defer s.ops.leave()
+	newestFirst, seq, release := s.pinSegments()
+	defer release()
+	garbage := s.refreshGarbage(newestFirst, seq)
+	for _, b := range garbage {
+		m.GarbageBytes += b
+	}
+	if !s.mergeOpts.Disable && len(newestFirst) > 0 {
+		oldestFirst := slices.Clone(newestFirst)
 		slices.Reverse(oldestFirst)
-		run := pickRun(oldestFirst, s.mergeOpts, false)
-		if len(run) == 0 {
-			run = pickUnordered(oldestFirst, s.mergeOpts)
-		}
-		m.MergeBacklog = len(run)
+		m.MergeBacklog = len(pickOwnRun(oldestFirst, s.mergeOpts, false, garbage.of))
 	}
 	return m
 }

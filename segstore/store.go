@@ -58,6 +58,10 @@ const lockName = "LOCK"
 //     sealMu then importMu (an import's commit seals the live file above
 //     the imported segments); neither takes mergeMu (ReplaceAll's replaceMu
 //     keeps merges out; an import commits beside a merge like a seal).
+//     The garbage tracker's lock (garbage.mu) comes after these: a merge
+//     step refreshes the estimates under mergeMu, Metrics under none, and
+//     neither holds it while taking a later lock (index reads and repairs
+//     under it take no store lock).
 //  4. writeMu: shared by writers for a commit to the live file; exclusive for
 //     a seal's switch of live files, for ReplaceAll's manifest commit and
 //     switch, for NewSealedSnapshot's check of an empty live file, for
@@ -137,6 +141,10 @@ type Store struct {
 	merging     map[uint64]bool
 	replacing   int
 	mergeCancel context.CancelCauseFunc
+
+	// garbage holds the sealed segments' garbage estimates (garbage.go),
+	// under a mutex of its own, taken with no other store lock held.
+	garbage garbageTracker
 
 	// mu guards the read view. Readers hold it shared for the duration of a
 	// lookup, so a segment removed from segs under the exclusive lock is no

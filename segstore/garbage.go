@@ -1,0 +1,255 @@
+package segstore
+
+import (
+	"bytes"
+	"fmt"
+	"sync"
+
+	"github.com/segkv/segkv/index"
+	"github.com/segkv/segkv/segment"
+)
+
+// Garbage is what a sealed segment holds that no read can reach: a record
+// whose key a newer segment also holds (or a newer range tombstone covers),
+// and a point tombstone with nothing older left for it to delete. A
+// size-tiered merge never looks at it, so a store written twice over keeps
+// both generations until sizes happen to line up. The merge therefore also
+// rewrites a segment alone, without its garbage, once the estimate below
+// says that a large enough part of it is garbage (MergeOptions.GarbageRatio).
+//
+// Only sealed segments count as newer: the live file's writes are not in
+// the manifest, and under a lazy sync mode they may not survive a crash
+// that the rewrite's commit survives, so dropping what they shadow could
+// lose a key.
+
+// garbageSamples is how many records of a segment the estimate checks:
+// evenly spaced positions of its index, so the estimate of the garbage
+// fraction is within a few percent whatever the segment's size, at a cost
+// that does not grow with it.
+const garbageSamples = 256
+
+// defaultGarbageRatio is MergeOptions.GarbageRatio's default: a settled
+// store is then at most about a fifth garbage (space amplification about
+// 1.25 before the index).
+const defaultGarbageRatio = 0.2
+
+// garbageTracker keeps each sealed segment's garbage estimate, updated
+// incrementally: a sample that a newer segment shadows stays shadowed (a
+// merge of newer segments keeps every key of its inputs, and a segment
+// dropped under a range tombstone leaves that tombstone, newer still), so
+// a refresh checks only the samples not yet found dead against only the
+// segments added since. A tombstone's verdict (nothing older holds its
+// key) also only moves one way, since segments older than a given one
+// only lose keys; it is rechecked when the segment list has changed.
+type garbageTracker struct {
+	mu sync.Mutex
+	// segs is keyed by the segment's struct: a segment that ReplaceAll
+	// or Follow restates under a new order is a new struct and starts
+	// over, since its newer and older neighbours changed.
+	segs map[*sealed]*segGarbage
+}
+
+// segGarbage is one segment's estimate.
+type segGarbage struct {
+	samples []garbageSample
+	total   int64 // the samples' record bytes
+	dead    int64 // the dead samples' record bytes
+	// newerSeen: the segments newer than this one with an Order up to
+	// newerSeen have been checked against every live sample.
+	newerSeen uint64
+	// listSeq is the segment list (its manifest seq) the tombstone samples
+	// were last checked against.
+	listSeq uint64
+	failed  bool // the index could not be read: no estimate
+}
+
+type garbageSample struct {
+	pos    int
+	length uint32
+	tomb   bool
+	dead   bool
+}
+
+// bytes returns the estimated garbage bytes of the segment's data file.
+func (g *segGarbage) bytes(dataLength int64) int64 {
+	if g == nil || g.failed || g.total == 0 {
+		return 0
+	}
+	return int64(float64(dataLength) * float64(g.dead) / float64(g.total))
+}
+
+// refreshGarbage brings the estimates of the store's own segments in
+// newestFirst (the segment list of manifest seq listSeq, pinned by the
+// caller) up to date, forgets segments no longer in it, and returns each
+// own segment's estimated garbage bytes. The caller holds no store lock:
+// a first refresh reads a sample of every index.
+func (s *Store) refreshGarbage(newestFirst []*sealed, listSeq uint64) garbageBytes {
+	t := &s.garbage
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.segs == nil {
+		t.segs = map[*sealed]*segGarbage{}
+	}
+	present := make(map[*sealed]bool, len(newestFirst))
+	for i, sg := range newestFirst {
+		present[sg] = true
+		if sg.meta.Origin != 0 {
+			continue // mirrored: the leader's to merge
+		}
+		g := t.segs[sg]
+		if g == nil {
+			g = sampleGarbage(sg)
+			t.segs[sg] = g
+		}
+		if g.failed {
+			continue
+		}
+		if err := g.update(sg, newestFirst[:i], newestFirst[i+1:], listSeq); err != nil {
+			g.failed = true
+			s.log.Debug("segkv: garbage estimate skipped a segment", "path", sg.df.path, "err", err)
+		}
+	}
+	out := make(garbageBytes, len(t.segs))
+	for sg, g := range t.segs {
+		if !present[sg] {
+			delete(t.segs, sg)
+		} else if b := g.bytes(sg.meta.DataLength); b > 0 {
+			out[sg] = b
+		}
+	}
+	return out
+}
+
+// garbageBytes maps segments to their estimated garbage bytes, as a
+// refresh left them.
+type garbageBytes map[*sealed]int64
+
+// of returns sg's estimated garbage bytes (0 if it has no estimate).
+func (gb garbageBytes) of(sg *sealed) int64 { return gb[sg] }
+
+// sampleGarbage picks the segment's sample positions and reads their
+// record lengths and kinds.
+func sampleGarbage(sg *sealed) *segGarbage {
+	g := &segGarbage{}
+	ix := sg.index()
+	n := ix.Len()
+	m := min(n, garbageSamples)
+	g.samples = make([]garbageSample, m)
+	for j := range g.samples {
+		pos := int((int64(2*j+1) * int64(n)) / int64(2*m))
+		e, err := ix.At(pos)
+		if err != nil {
+			g.failed = true
+			return g
+		}
+		g.samples[j] = garbageSample{pos: pos, length: e.Length, tomb: e.Kind == index.KindDelete}
+		g.total += int64(e.Length)
+	}
+	return g
+}
+
+// update checks the live samples against the segments added newer than
+// the last update, and the live tombstone samples against the older ones
+// if the list changed.
+func (g *segGarbage) update(sg *sealed, newer, older []*sealed, listSeq uint64) error {
+	var fresh []*sealed
+	maxOrder := g.newerSeen
+	for _, n := range newer {
+		if n.meta.Order > g.newerSeen {
+			fresh = append(fresh, n)
+			maxOrder = max(maxOrder, n.meta.Order)
+		}
+	}
+	recheckTombs := g.listSeq != listSeq
+	if len(fresh) == 0 && !recheckTombs {
+		return nil
+	}
+	ix := sg.index()
+	for j := range g.samples {
+		smp := &g.samples[j]
+		if smp.dead || (len(fresh) == 0 && !smp.tomb) {
+			continue
+		}
+		e, err := ix.At(smp.pos)
+		if err != nil {
+			return err
+		}
+		probe := index.NewProbe(e.Key)
+		dead, err := anyHolds(fresh, &probe)
+		if err != nil {
+			return err
+		}
+		if !dead && smp.tomb && recheckTombs {
+			held, err := anyHolds(older, &probe)
+			if err != nil {
+				return err
+			}
+			dead = !held
+		}
+		if dead {
+			smp.dead = true
+			g.dead += int64(smp.length)
+		}
+	}
+	g.newerSeen, g.listSeq = maxOrder, listSeq
+	return nil
+}
+
+// anyHolds reports whether one of segs holds the probe's key: a record of
+// it (of any kind), or a range tombstone over it.
+func anyHolds(segs []*sealed, p *index.Probe) (bool, error) {
+	key := p.Key()
+	for _, sg := range segs {
+		ix := sg.index()
+		if ix.Ranges().Covers(key) {
+			return true, nil
+		}
+		if !mayHoldKey(sg, key) {
+			continue
+		}
+		_, found, _, err := ix.Lookup(p)
+		if err != nil {
+			return false, fmt.Errorf("segkv: read index of %s: %w", sg.df.path, err)
+		}
+		if found {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// mayHoldKey reports whether key lies within the segment's recorded key
+// range (a segment recorded without one may hold any key). The index, not
+// the manifest's key count, says whether it holds keys at all: manifests
+// of old versions did not record the count.
+func mayHoldKey(sg *sealed, key []byte) bool {
+	if sg.index().Len() == 0 {
+		return false
+	}
+	m := &sg.meta
+	if len(m.MinKey) == 0 && len(m.MaxKey) == 0 {
+		return true
+	}
+	return bytes.Compare(key, m.MinKey) >= 0 && bytes.Compare(key, m.MaxKey) <= 0
+}
+
+// reclaimer filters a segment rewritten alone: it drops the records that
+// the segments newer than it shadow, and the point tombstones with nothing
+// older to delete. Its segments are pinned for the rewrite.
+type reclaimer struct {
+	newer []*sealed
+	older []*sealed
+}
+
+// drop reports whether the rewrite may leave out the entry e for key.
+func (r *reclaimer) drop(key []byte, kind segment.RecordKind) (bool, error) {
+	p := index.NewProbe(key)
+	if dead, err := anyHolds(r.newer, &p); dead || err != nil {
+		return dead, err
+	}
+	if kind != index.KindDelete {
+		return false, nil
+	}
+	held, err := anyHolds(r.older, &p)
+	return !held, err
+}
