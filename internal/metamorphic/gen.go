@@ -24,6 +24,7 @@ type Config struct {
 	SizeRatio      float64           `json:"size_ratio,omitempty"`
 	MaxStepBytes   int64             `json:"max_step_bytes,omitempty"`
 	KeepWriteOrder bool              `json:"keep_write_order,omitempty"`
+	GarbageRatio   float64           `json:"garbage_ratio,omitempty"`
 	DisableMmap    bool              `json:"disable_mmap,omitempty"`
 	MaxOpenFiles   int               `json:"max_open_files,omitempty"`
 
@@ -80,6 +81,7 @@ func (c Config) Options(fs vfs.FS) *segstore.Options {
 			SizeRatio:      c.SizeRatio,
 			MaxStepBytes:   c.MaxStepBytes,
 			KeepWriteOrder: c.KeepWriteOrder,
+			GarbageRatio:   c.GarbageRatio,
 		},
 	}
 }
@@ -101,7 +103,7 @@ func (c Config) String() string {
 	if c.MergeDisable {
 		s += " merges=off"
 	} else {
-		s += fmt.Sprintf(" merges=on(minrun=%d ratio=%g step=%d keeporder=%v)", c.MinRun, c.SizeRatio, c.MaxStepBytes, c.KeepWriteOrder)
+		s += fmt.Sprintf(" merges=on(minrun=%d ratio=%g step=%d keeporder=%v garbage=%g)", c.MinRun, c.SizeRatio, c.MaxStepBytes, c.KeepWriteOrder, c.GarbageRatio)
 	}
 	s += fmt.Sprintf(" mmap=%v openfiles=%d keys=%d big=%v avoid=%+v", !c.DisableMmap, c.MaxOpenFiles, c.Keys, c.BigValues, c.Avoid)
 	return s
@@ -146,6 +148,11 @@ func RandomConfig(seed uint64, ops int, avoid Avoid) Config {
 	}
 	c.Keys = [...]int{6, 20, 60, 200}[r.IntN(4)]
 	c.BigValues = r.IntN(3) != 0
+	if !c.MergeDisable {
+		// From a stream of its own, so the draws above stay what they
+		// were for every seed.
+		c.GarbageRatio = [...]float64{0, 0, 0.05, 0.5, 1}[newRand(seed, 7).IntN(5)]
+	}
 	return c
 }
 
