@@ -211,8 +211,9 @@ func pickUnordered(oldestFirst []*sealed, o MergeOptions) []*sealed {
 }
 
 // Compact merges until the merge policy, applied in full (any two adjacent
-// segments that fit in MaxStepBytes are merged, and every segment not in
-// key order is rewritten in key order), is satisfied, or ctx ends.
+// segments that fit in MaxStepBytes are merged, every segment with any
+// estimated garbage is rewritten without it, and every segment not in key
+// order is rewritten in key order), is satisfied, or ctx ends.
 // It runs in bounded steps, each one manifest commit, and never blocks
 // writers.
 func (s *Store) Compact(ctx context.Context) error {
