@@ -57,6 +57,23 @@ func (b *badgerDB) Batch(keys, values [][]byte, sync bool) error {
 	return nil
 }
 
+func (b *badgerDB) DeleteBatch(keys [][]byte, sync bool) error {
+	wb := b.db.NewWriteBatch()
+	for _, k := range keys {
+		if err := wb.Delete(k); err != nil {
+			wb.Cancel()
+			return err
+		}
+	}
+	if err := wb.Flush(); err != nil {
+		return err
+	}
+	if sync {
+		return b.db.Sync()
+	}
+	return nil
+}
+
 func (b *badgerDB) Get(k, dst []byte) ([]byte, bool, error) {
 	found := false
 	err := b.db.View(func(txn *badger.Txn) error {

@@ -61,6 +61,24 @@ func (b *bboltDB) Batch(keys, values [][]byte, sync bool) error {
 	return nil
 }
 
+func (b *bboltDB) DeleteBatch(keys [][]byte, sync bool) error {
+	if err := b.db.Update(func(tx *bolt.Tx) error {
+		bk := tx.Bucket(bboltBucket)
+		for _, k := range keys {
+			if err := bk.Delete(k); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		return err
+	}
+	if sync {
+		return b.db.Sync()
+	}
+	return nil
+}
+
 func (b *bboltDB) Get(k, dst []byte) ([]byte, bool, error) {
 	found := false
 	err := b.db.View(func(tx *bolt.Tx) error {

@@ -52,6 +52,18 @@ func (g *goleveldbDB) Batch(keys, values [][]byte, sync bool) error {
 	return g.db.Write(&b, wo)
 }
 
+func (g *goleveldbDB) DeleteBatch(keys [][]byte, sync bool) error {
+	var b leveldb.Batch
+	for _, k := range keys {
+		b.Delete(k)
+	}
+	wo := (*opt.WriteOptions)(nil)
+	if sync {
+		wo = syncWrite // syncs the journal, and with it everything before
+	}
+	return g.db.Write(&b, wo)
+}
+
 func (g *goleveldbDB) Get(k, _ []byte) ([]byte, bool, error) {
 	// goleveldb already returns a copy.
 	v, err := g.db.Get(k, nil)

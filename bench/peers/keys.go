@@ -35,7 +35,21 @@ func Key(dst []byte, i uint64) []byte {
 	return dst
 }
 
-// KeyOrder returns the key numbers [0, n) in the byte order of their keys.
+// ShortKeySize is the size of ShortKey's keys.
+const ShortKeySize = 16
+
+// ShortKey writes the 16-byte key of number i into dst (len >=
+// ShortKeySize) and returns dst[:ShortKeySize]: the 16 hex digits of mix(i),
+// which are Key's first 16, so keys are distinct for distinct i, land in
+// random order, and KeyOrder gives their order too.
+func ShortKey(dst []byte, i uint64) []byte {
+	dst = dst[:ShortKeySize]
+	putHex(dst, mix(i))
+	return dst
+}
+
+// KeyOrder returns the key numbers [0, n) in the byte order of their keys
+// (Key's and ShortKey's alike).
 // Keys compare as their first 16 hex digits, mix(i), which are distinct for
 // distinct i, so sorting the n hashes and inverting mix gives the order
 // without building or comparing a single key: 8 bytes per key, which matters

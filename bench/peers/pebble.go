@@ -60,6 +60,25 @@ func (p *pebbleDB) Batch(keys, values [][]byte, sync bool) error {
 	return b.Close()
 }
 
+func (p *pebbleDB) DeleteBatch(keys [][]byte, sync bool) error {
+	b := p.db.NewBatch()
+	for _, k := range keys {
+		if err := b.Delete(k, nil); err != nil {
+			_ = b.Close() // the Delete error is the one worth reporting
+			return err
+		}
+	}
+	wo := pebble.NoSync
+	if sync {
+		wo = pebble.Sync
+	}
+	if err := b.Commit(wo); err != nil {
+		_ = b.Close()
+		return err
+	}
+	return b.Close()
+}
+
 func (p *pebbleDB) Get(k, dst []byte) ([]byte, bool, error) {
 	v, closer, err := p.db.Get(k)
 	if errors.Is(err, pebble.ErrNotFound) {

@@ -57,6 +57,10 @@ type DB interface {
 	// Batch writes keys[i]=values[i] atomically. If sync is true everything
 	// written so far is durable when Batch returns.
 	Batch(keys, values [][]byte, sync bool) error
+	// DeleteBatch deletes keys atomically, in one batch (a key that does
+	// not exist is no error). If sync is true everything written so far is
+	// durable when it returns.
+	DeleteBatch(keys [][]byte, sync bool) error
 	// Get reports whether key exists and, when it does, returns its value
 	// appended to dst[:0] (or a fresh slice the engine already allocated).
 	// Peers that lend their value only inside a transaction or until a closer

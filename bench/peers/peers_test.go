@@ -276,3 +276,93 @@ func TestKeyOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestDeleteBatch checks every adapter's DeleteBatch: the deleted keys are
+// gone at once and after a reopen, their neighbours stay, a scan skips them,
+// and deleting a key that does not exist is no error.
+func TestDeleteBatch(t *testing.T) {
+	const n = 2000
+	deleted := func(i uint64) bool { return i%4 == 3 }
+	var live [][]byte
+	for i := uint64(0); i < n; i++ {
+		if !deleted(i) {
+			live = append(live, Key(make([]byte, KeySize), i))
+		}
+	}
+	slices.SortFunc(live, bytes.Compare)
+	for _, name := range Names() {
+		t.Run(name, func(t *testing.T) {
+			e, err := Lookup(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := t.TempDir()
+			db, err := e.Open(dir, Bulk)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var keys, vals, dels [][]byte
+			for i := uint64(0); i < n; i++ {
+				keys = append(keys, Key(make([]byte, KeySize), i))
+				vals = append(vals, Value(make([]byte, ValueSize), i))
+				if deleted(i) {
+					dels = append(dels, keys[len(keys)-1])
+				}
+			}
+			if err := db.Batch(keys, vals, false); err != nil {
+				t.Fatal(err)
+			}
+			// Two batches, the second with a key never written; the last synced.
+			half := len(dels) / 2
+			if err := db.DeleteBatch(dels[:half], false); err != nil {
+				t.Fatal(err)
+			}
+			if err := db.DeleteBatch(append(slices.Clone(dels[half:]), Key(make([]byte, KeySize), 2*n)), true); err != nil {
+				t.Fatal(err)
+			}
+			check := func(when string) {
+				t.Helper()
+				kb, vb := make([]byte, KeySize), make([]byte, ValueSize)
+				for i := uint64(0); i < n; i++ {
+					v, found, err := db.Get(Key(kb, i), nil)
+					if err != nil || found == deleted(i) || found && !bytes.Equal(v, Value(vb, i)) {
+						t.Fatalf("%s: key %d: found=%v err=%v (deleted: %v)", when, i, found, err, deleted(i))
+					}
+				}
+				var got [][]byte
+				count, err := db.Scan(nil, n, false, func(k, _ []byte) { got = append(got, bytes.Clone(k)) })
+				if err != nil || count != len(live) || !slices.EqualFunc(got, live, bytes.Equal) {
+					t.Fatalf("%s: full scan: %d keys, err %v; want the %d live keys in order", when, count, err, len(live))
+				}
+			}
+			check("before reopen")
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if db, err = e.Open(dir, Bulk); err != nil {
+				t.Fatal(err)
+			}
+			check("after reopen")
+			if err := db.Close(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// TestShortKey checks that ShortKey's keys are 16 bytes, distinct, and in
+// the order KeyOrder gives.
+func TestShortKey(t *testing.T) {
+	const n = 5000
+	order := KeyOrder(n)
+	seen := map[string]bool{}
+	var prev []byte
+	for _, i := range order {
+		k := ShortKey(make([]byte, ShortKeySize), i)
+		if len(k) != ShortKeySize || seen[string(k)] || prev != nil && bytes.Compare(prev, k) >= 0 {
+			t.Fatalf("key %d: %q (duplicate %v, previous %q)", i, k, seen[string(k)], prev)
+		}
+		seen[string(k)] = true
+		prev = k
+	}
+}

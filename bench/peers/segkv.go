@@ -63,6 +63,22 @@ func (d *segkvDB) Batch(keys, values [][]byte, sync bool) error {
 	return nil
 }
 
+func (d *segkvDB) DeleteBatch(keys [][]byte, sync bool) error {
+	b := d.s.NewBatch()
+	for _, k := range keys {
+		if err := b.Delete(k); err != nil {
+			return err
+		}
+	}
+	if err := d.s.Apply(b); err != nil {
+		return err
+	}
+	if sync {
+		return d.s.Sync()
+	}
+	return nil
+}
+
 func (d *segkvDB) Get(k, _ []byte) ([]byte, bool, error) {
 	// Store.Get returns a value the caller owns; no copy needed.
 	v, err := d.s.Get(k)

@@ -48,9 +48,12 @@ type result struct {
 	// KeysPerS that over Seconds (scan workloads only; Ops counts scans).
 	Keys     int64   `json:"keys,omitempty"`
 	KeysPerS float64 `json:"keys_per_s,omitempty"`
-	// N is the store's key count (scale workloads only, whose figures are
-	// measured at several).
+	// N is the store's key count (scale and space workloads only, whose
+	// figures are measured at several).
 	N int `json:"n,omitempty"`
+	// TimedOut marks a settle that ended at its timeout with background
+	// work still pending (space/settle only).
+	TimedOut bool `json:"timed_out,omitempty"`
 }
 
 // results is what a run produces, in the order it was measured.
@@ -63,6 +66,8 @@ type results struct {
 	// Scale holds the scale workload's figures, one row per figure, engine
 	// and key count; they have a table (and ratios) of their own.
 	Scale []result
+	// Space holds the space workload's figures, the same way.
+	Space []result
 }
 
 func newBench(c *config, log io.Writer) (*bench, error) {
@@ -150,6 +155,13 @@ func (b *bench) runAll(ctx context.Context) (*results, error) {
 			return nil, err
 		}
 		res.Scale = rows
+	}
+	if want("space") {
+		rows, err := b.space(ctx)
+		if err != nil {
+			return nil, err
+		}
+		res.Space = rows
 	}
 	return res, nil
 }

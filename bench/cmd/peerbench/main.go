@@ -28,6 +28,7 @@
 //	fscan2  forward scan over fresh data, 2 goroutines  (scans/s)
 //	frscan1 reverse scan over fresh data, 1 goroutine   (scans/s)
 //	scale   memory and reopen cost against the key count (not in "all": slow)
+//	space   space and write amplification after puts, overwrites, deletes (not in "all": slow)
 //
 // The scan workloads run on the reopened loaded store after the Gets, each
 // for -duration per engine. A scan is one Scan call: one iterator, one seek
@@ -60,6 +61,25 @@
 // the key count.
 //
 //	peerbench -workloads scale -scalen 1M,5M,20M -plot scale.svg
+//
+// space runs only when named, for each key count of -spacen (2M by
+// default; the same syntax as -scalen) and each engine: it opens a fresh
+// store in bulk mode and writes every key of the count (16-byte keys,
+// 200-byte JSON-like values about 3x compressible) in random order, then
+// every key again with a new value in another random order, then deletes
+// every fourth key, in batches of -batch, unsynced but the last. It closes
+// the store, reopens it and at once measures Gets of live keys and forward
+// scans of -scanlen keys (1 goroutine, -duration each: "reopened"), waits
+// for the engine's background work to end (segkv and Pebble can tell; at
+// most -space-settle), measures the same reads again ("settled") and closes
+// it. It reports the directory's size after the load and after settling,
+// space amplification (disk over the live keys' key+value bytes), write
+// amplification (bytes the process wrote to disk, from /proc/self/io on
+// Linux, over the key+value bytes of every put plus the key bytes of every
+// delete), in a table per key count with a column per engine and
+// segkv/pebble, or -json result lines named space/<figure>.
+//
+//	peerbench -workloads space -spacen 300k,2M
 package main
 
 import (
@@ -113,6 +133,10 @@ type config struct {
 	mutexprof  string
 	scaleN     []int  // key counts of the scale workload, ascending
 	plot       string // SVG file for the scale workload's plot
+	spaceN     []int  // key counts of the space workload, ascending
+	// spaceSettle bounds the space workload's wait for an engine's
+	// background work.
+	spaceSettle time.Duration
 }
 
 var allWorkloads = []string{
@@ -121,7 +145,7 @@ var allWorkloads = []string{
 }
 
 // optionalWorkloads run only when named: "all" and the default leave them out.
-var optionalWorkloads = []string{"scale"}
+var optionalWorkloads = []string{"scale", "space"}
 
 // knownWorkloads is every workload in canonical running order.
 var knownWorkloads = append(slices.Clone(allWorkloads), optionalWorkloads...)
@@ -149,9 +173,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs := flag.NewFlagSet("peerbench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	c := &config{}
-	var workloads, engines, scaleN string
+	var workloads, engines, scaleN, spaceN string
 	fs.IntVar(&c.n, "n", 1_000_000, "keys in the bulk-loaded store (100000 is the quick mode)")
-	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ",")+" (aliases: "+aliasNames()+"), and scale, which runs only when named")
+	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ",")+" (aliases: "+aliasNames()+"), and scale and space, which run only when named")
 	fs.StringVar(&engines, "engines", strings.Join(peers.Names(), ","), "comma-separated engines")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of the table")
 	fs.StringVar(&c.dir, "dir", os.TempDir(), "parent of the run's temporary directory (must be on the disk under test)")
@@ -168,6 +192,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.cpuprofile, "cpuprofile", "", "write a CPU profile here; samples are labelled phase=<engine>:<workload>")
 	fs.StringVar(&scaleN, "scalen", "1000000", "scale: comma-separated key counts, suffixes k, M, G allowed (100k,1M,20M)")
 	fs.StringVar(&c.plot, "plot", "", "scale: write an SVG plot of heap after Open (B/key) and Open to first Get (s) against the key count to this file")
+	fs.StringVar(&spaceN, "spacen", "2M", "space: comma-separated key counts, suffixes k, M, G allowed (300k,2M,20M)")
+	fs.DurationVar(&c.spaceSettle, "space-settle", 120*time.Second, "space: longest wait for an engine's background work after the reopened reads (a timeout is reported, not an error)")
 	fs.StringVar(&c.mutexprof, "mutexprofile", "", "write a mutex contention profile here (unlabelled: narrow -engines and -workloads to attribute it)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -192,6 +218,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 		return nil, fmt.Errorf("-scanlen must be at least 1, got %d", c.scanLen)
 	case c.freshKeys < 1:
 		return nil, fmt.Errorf("-freshkeys must be at least 1, got %d", c.freshKeys)
+	case c.spaceSettle <= 0:
+		return nil, fmt.Errorf("-space-settle must be positive, got %v", c.spaceSettle)
 	}
 	var err error
 	if c.workloads, err = parseWorkloads(workloads); err != nil {
@@ -202,6 +230,12 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if c.scaleN, err = parseCounts(scaleN); err != nil {
 		return nil, fmt.Errorf("-scalen: %w", err)
+	}
+	if c.spaceN, err = parseCounts(spaceN); err != nil {
+		return nil, fmt.Errorf("-spacen: %w", err)
+	}
+	if c.spaceN[len(c.spaceN)-1] > spaceMaxN {
+		return nil, fmt.Errorf("-spacen: %d keys is more than the space workload's %d", c.spaceN[len(c.spaceN)-1], spaceMaxN)
 	}
 	if c.plot != "" && !contains(c.workloads, "scale") {
 		return nil, errors.New("-plot draws the scale workload: add scale to -workloads")

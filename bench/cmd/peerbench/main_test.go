@@ -165,6 +165,7 @@ type fakeDB struct {
 
 func (f *fakeDB) Put(k, v []byte) error                        { return nil }
 func (f *fakeDB) Batch(keys, values [][]byte, sync bool) error { return nil }
+func (f *fakeDB) DeleteBatch(keys [][]byte, sync bool) error   { return nil }
 func (f *fakeDB) Get(k, dst []byte) ([]byte, bool, error)      { return nil, false, nil }
 func (f *fakeDB) Close() error                                 { return nil }
 

@@ -126,7 +126,13 @@ func writeTable(w io.Writer, res *results) error {
 		fmt.Fprintf(&b, "peerbench: n=%d keys (%d-byte keys, %d-byte values, random order), bulk batches of %d, puts %v per engine in %d rounds, %d Gets per read measurement\n",
 			c.n, peers.KeySize, peers.ValueSize, c.batch, c.duration, c.rounds, c.gets)
 	} else {
-		fmt.Fprintf(&b, "peerbench: scale workload only\n")
+		var only []string
+		for _, w := range optionalWorkloads {
+			if contains(c.workloads, w) {
+				only = append(only, w)
+			}
+		}
+		fmt.Fprintf(&b, "peerbench: %s workload only\n", strings.Join(only, " and "))
 	}
 	fmt.Fprintf(&b, "machine: %s %s, %d CPUs, load average %s at start, %s at end\n", res.Machine.GoVersion, res.Machine.OS, res.Machine.CPUs, res.Machine.LoadStart, res.Machine.LoadEnd)
 	fmt.Fprintf(&b, "stores under %s: %s\n\n", res.Root, res.Machine.FS)
@@ -144,7 +150,12 @@ func writeTable(w io.Writer, res *results) error {
 		}
 	}
 	if len(res.Scale) > 0 {
-		return writeScaleTable(w, res)
+		if err := writeScaleTable(w, res); err != nil {
+			return err
+		}
+	}
+	if len(res.Space) > 0 {
+		return writeSpaceTable(w, res)
 	}
 	return nil
 }
@@ -249,6 +260,13 @@ func writeJSON(w io.Writer, res *results) error {
 	if contains(c.workloads, "scale") {
 		lines[0].(map[string]any)["scale_n"] = c.scaleN
 	}
+	if contains(c.workloads, "space") {
+		run := lines[0].(map[string]any)
+		run["space_n"] = c.spaceN
+		run["space_settle_seconds"] = c.spaceSettle.Seconds()
+		run["space_key_bytes"] = peers.ShortKeySize
+		run["space_value_bytes"] = spaceValueSize
+	}
 	for _, name := range c.engines {
 		cfg := res.Configs[name]
 		lines = append(lines, map[string]any{"kind": "engine", "engine": name, "durable": cfg[0], "bulk": cfg[1]})
@@ -269,6 +287,13 @@ func writeJSON(w io.Writer, res *results) error {
 		l := resultLine{Kind: "result", result: r}
 		if r.Engine != "segkv" {
 			l.Ratio, _ = scaleRatio(res.Scale, r.Workload, r.N, r.Engine)
+		}
+		lines = append(lines, l)
+	}
+	for _, r := range res.Space {
+		l := resultLine{Kind: "result", result: r}
+		if r.Engine != "segkv" {
+			l.Ratio, _ = scaleRatio(res.Space, r.Workload, r.N, r.Engine)
 		}
 		lines = append(lines, l)
 	}
