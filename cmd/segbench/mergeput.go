@@ -221,8 +221,9 @@ func runMergePut(ctx context.Context, e *env, args []string) error {
 			ratios = append(ratios, res.ratio)
 			results = append(results, res)
 			notes = append(notes, res.notes...)
-			// Free the disk: a 1M-key store is ~0.5 GB.
-			if !c.keep {
+			// Free the disk: a 1M-key store is ~0.5 GB. (In memory the
+			// path is not the OS's: leave it to the Mem.)
+			if !c.keep && c.fs != "mem" {
 				if err := os.RemoveAll(dir); err != nil {
 					stop()
 					return fmt.Errorf("remove %s: %w", dir, err)
