@@ -8,11 +8,12 @@
 //
 // Subcommands:
 //
-//	seal    seal a one-record tail repeatedly: segkv beside the rewrite protocol it replaces
-//	fsync   device probe: what one barrier costs here
-//	import  export N segments and import them in one call vs N calls
-//	put     put throughput and latency with W writers
-//	plot    render seal -json output as an SVG
+//	seal      seal a one-record tail repeatedly: segkv beside the rewrite protocol it replaces
+//	fsync     device probe: what one barrier costs here
+//	import    export N segments and import them in one call vs N calls
+//	put       put throughput and latency with W writers
+//	mergeput  durable put latency while the background merge works, against idle
+//	plot      render seal -json output as an SVG
 //
 // With no arguments it runs "seal -protocol both" at a size that finishes in
 // well under a minute. Every subcommand runs in a fresh temporary directory
@@ -58,11 +59,12 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"seal":   {"seal a one-record tail repeatedly: segkv beside the rewrite protocol it replaces", runSeal},
-		"fsync":  {"device probe: median and p99 of fdatasync, fsync, directory fsync, rename", runFsync},
-		"import": {"export N sealed segments, import them in one call and in N calls", runImport},
-		"put":    {"put throughput and latency percentiles with W writers", runPut},
-		"plot":   {"render the JSON rows of seal as an SVG", runPlot},
+		"seal":     {"seal a one-record tail repeatedly: segkv beside the rewrite protocol it replaces", runSeal},
+		"fsync":    {"device probe: median and p99 of fdatasync, fsync, directory fsync, rename", runFsync},
+		"import":   {"export N sealed segments, import them in one call and in N calls", runImport},
+		"put":      {"put throughput and latency percentiles with W writers", runPut},
+		"mergeput": {"durable put latency while the background merge works hard, against the same store idle", runMergePut},
+		"plot":     {"render the JSON rows of seal as an SVG", runPlot},
 	}
 }
 
@@ -142,7 +144,7 @@ func printUsage(w io.Writer) {
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		fmt.Fprintf(w, "  %-7s %s\n", n, cmds[n].summary)
+		fmt.Fprintf(w, "  %-8s %s\n", n, cmds[n].summary)
 	}
 	fmt.Fprintln(w, "\nsegbench <subcommand> -h lists its flags. Every subcommand works in a temporary")
 	fmt.Fprintln(w, "directory under -dir (default: the system temp dir) on the real disk, and removes it.")

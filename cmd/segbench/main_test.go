@@ -68,6 +68,12 @@ func TestBadUsageExitsTwo(t *testing.T) {
 		{"fsync", "-fs", "mem"}, // the probe is for a real disk only
 		{"put", "-writers", "0"},
 		{"put", "-writers", "4", "-n", "3"},
+		{"mergeput", "-writers", "0"},
+		{"mergeput", "-writers", "1,x"},
+		{"mergeput", "-n", "0"},
+		{"mergeput", "-duration", "0s"},
+		{"mergeput", "-rounds", "0"},
+		{"mergeput", "-segment-size", "100"},
 		{"import", "-segments", "0"},
 		{"import", "-records", "0"},
 		{"plot", "-bogus"},
@@ -227,6 +233,92 @@ func TestPutJSON(t *testing.T) {
 		} else {
 			require.Equal(t, "manual", r["sync"])
 		}
+	}
+}
+
+// mergeput on the real disk at a tiny size: 5000 keys twice over in 64 KiB
+// segments give the merge a backlog of some 30 segments, which it may well
+// clear before the window's end; the row then says so.
+func TestMergePutJSON(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errOut := runCmd(t, "mergeput", "-n", "5000", "-segment-size", "65536", "-duration", "300ms",
+		"-writers", "1,2", "-json", "-dir", dir)
+	require.Equal(t, exitOK, code, errOut)
+	rows := jsonRows(t, out)
+	require.Len(t, rows, 2*3+2)
+	phaseKeys := sorted("phase", "round", "writers", "n", "seconds", "puts", "ops_per_sec", "p50_us", "p99_us", "p999_us",
+		"max_us", "merge_active", "merge_steps", "merge_mb_in", "merge_mb_out", "backlog_busy", "sync_mean_us",
+		"sync_p99_us", "syncs_per_put", "seals", "write_stalls", "ended")
+	for i, r := range rows[:6] {
+		want := []string{phaseBefore, phaseMerging, phaseIdle}[i%3]
+		require.Equal(t, want, r["phase"], "row %d", i)
+		require.EqualValues(t, []int{1, 2}[i/3], r["writers"], "row %d", i)
+		require.EqualValues(t, 1, r["round"])
+		require.EqualValues(t, 5000, r["n"])
+		f := func(k string) float64 { return r[k].(float64) }
+		require.Positive(t, f("puts"), "row %d", i)
+		require.Positive(t, f("ops_per_sec"), "row %d", i)
+		require.InDelta(t, f("puts")/f("seconds"), f("ops_per_sec"), 0.02*f("ops_per_sec")+1, "row %d", i)
+		require.Positive(t, f("p50_us"), "row %d", i)
+		require.LessOrEqual(t, f("p50_us"), f("p99_us"))
+		require.LessOrEqual(t, f("p99_us"), f("p999_us"))
+		require.LessOrEqual(t, f("p999_us"), f("max_us"))
+		// Durable puts: every window syncs the live file.
+		require.Positive(t, f("sync_mean_us"), "row %d", i)
+		require.GreaterOrEqual(t, f("sync_p99_us"), 8.0, "row %d", i)
+		require.Positive(t, f("syncs_per_put"), "row %d", i)
+		require.LessOrEqual(t, f("syncs_per_put"), 1.5, "row %d", i)
+		require.GreaterOrEqual(t, f("merge_active"), 0.0)
+		require.LessOrEqual(t, f("merge_active"), 1.0)
+		switch want {
+		case phaseBefore:
+			// Merges are disabled: nothing runs, nothing is pending.
+			require.Equal(t, sorted(phaseKeys...), keys(r))
+			require.Zero(t, f("merge_active"))
+			require.Zero(t, f("merge_steps"))
+			require.Zero(t, f("backlog_busy"))
+			require.Equal(t, "time", r["ended"])
+			require.GreaterOrEqual(t, f("seconds"), 0.3)
+		case phaseMerging:
+			require.Equal(t, sorted(append(phaseKeys, "merge_done_s")...), keys(r))
+			require.Positive(t, f("merge_steps"))
+			require.Positive(t, f("merge_active"))
+			require.Positive(t, f("merge_mb_in"))
+			require.Contains(t, []string{"time", "merge done"}, r["ended"])
+			require.Positive(t, f("merge_done_s"))
+			if r["ended"] == "merge done" {
+				require.LessOrEqual(t, f("merge_done_s"), f("seconds"))
+			} else {
+				require.GreaterOrEqual(t, f("seconds"), 0.3)
+				require.GreaterOrEqual(t, f("merge_done_s"), f("seconds")-0.01)
+			}
+		case phaseIdle:
+			require.Equal(t, sorted(phaseKeys...), keys(r))
+			require.Equal(t, "time", r["ended"])
+			require.GreaterOrEqual(t, f("seconds"), 0.3)
+		}
+	}
+	for i, r := range rows[6:] {
+		require.Equal(t, sorted("phase", "round", "writers", "ops_per_sec", "p50", "p99", "p999", "max", "idle_p99_drift"), keys(r))
+		require.Equal(t, "merging/idle", r["phase"])
+		require.EqualValues(t, []int{1, 2}[i], r["writers"])
+		merging, idle := rows[3*i+1], rows[3*i+2]
+		require.InDelta(t, merging["p99_us"].(float64)/idle["p99_us"].(float64), r["p99"], 0.01)
+		require.Positive(t, r["idle_p99_drift"])
+	}
+	// The work directory is gone.
+	left, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, left)
+
+	// The table: one row per window, the ratio lines, and what the order was.
+	code, out, errOut = runCmd(t, "mergeput", "-n", "500", "-segment-size", "16384", "-duration", "100ms", "-fs", "mem")
+	require.Equal(t, exitOK, code, errOut)
+	require.Contains(t, out, "# segbench mergeput")
+	require.Contains(t, out, "merging/idle")
+	require.Regexp(t, `(?m)^# order, per writer count: idle-before`, out)
+	for _, ph := range []string{phaseBefore, phaseMerging, phaseIdle} {
+		require.Regexp(t, `(?m)^ *`+ph+` +1 +1 `, out)
 	}
 }
 
