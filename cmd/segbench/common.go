@@ -87,7 +87,7 @@ func (c *common) open() (*workspace, error) {
 			return nil, fmt.Errorf("create %s in memory: %w", root, err)
 		}
 		// One Mem shared by every handle: a Mem is a whole file system.
-		return &workspace{root: root, newFS: func() vfs.FS { return mem }, desc: "in memory (-fs mem)",
+		return &workspace{root: root, newFS: func() vfs.FS { return mem }, desc: "memory (-fs mem)",
 			cleanup: func() error { return nil }, mkdir: mem.MkdirAll}, nil
 	}
 	parent := c.dir
