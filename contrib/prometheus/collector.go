@@ -99,6 +99,7 @@ func NewCollector(src Source, opts ...Option) *Collector {
 	counter("spares_made_total", "Live files made ahead of need.", func(m *segstore.Metrics) int64 { return m.SparesMade })
 	counter("spare_misses_total", "Seals that found no spare live file ready.", func(m *segstore.Metrics) int64 { return m.SpareMisses })
 	counter("merges_total", "Merge steps committed.", func(m *segstore.Metrics) int64 { return m.Merges })
+	counter("rewrites_total", "Merge steps that rewrote one segment alone, for its garbage or into key order.", func(m *segstore.Metrics) int64 { return m.Rewrites })
 	counter("merged_in_bytes_total", "Data bytes read by merges.", func(m *segstore.Metrics) int64 { return m.MergedBytesIn })
 	counter("merged_out_bytes_total", "Data bytes written by merges.", func(m *segstore.Metrics) int64 { return m.MergedBytesOut })
 	counter("imports_total", "Import calls that committed at least one segment.", func(m *segstore.Metrics) int64 { return m.Imports })
@@ -119,6 +120,7 @@ func NewCollector(src Source, opts ...Option) *Collector {
 	gauge("open_files", "Sealed segment files held open for reads.", func(m *segstore.Metrics) float64 { return float64(m.OpenFiles) })
 	gauge("open_snapshots", "Snapshots and iterators not yet closed.", func(m *segstore.Metrics) float64 { return float64(m.OpenSnapshots) })
 	gauge("merge_backlog_segments", "Segments the background merge would take in its next step.", func(m *segstore.Metrics) float64 { return float64(m.MergeBacklog) })
+	gauge("garbage_bytes", "Estimated bytes of sealed segments that no read can reach (superseded or deleted records).", func(m *segstore.Metrics) float64 { return float64(m.GarbageBytes) })
 	gauge("manifest_seq", "Sequence number of the last manifest commit.", func(m *segstore.Metrics) float64 { return float64(m.ManifestSeq) })
 	gauge("failed", "1 once the store stopped accepting writes after an I/O error (until reopened), else 0.", func(m *segstore.Metrics) float64 {
 		if m.Failed {

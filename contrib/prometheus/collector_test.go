@@ -62,6 +62,8 @@ func TestCollectorNamesTypesValues(t *testing.T) {
 		"segkv_write_bytes_total":                dto.MetricType_COUNTER,
 		"segkv_seals_total":                      dto.MetricType_COUNTER,
 		"segkv_merges_total":                     dto.MetricType_COUNTER,
+		"segkv_rewrites_total":                   dto.MetricType_COUNTER,
+		"segkv_garbage_bytes":                    dto.MetricType_GAUGE,
 		"segkv_imports_total":                    dto.MetricType_COUNTER,
 		"segkv_index_rebuilds_total":             dto.MetricType_COUNTER,
 		"segkv_background_errors_total":          dto.MetricType_COUNTER,
