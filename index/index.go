@@ -47,6 +47,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/bits-and-blooms/bloom/v3"
 	"github.com/cespare/xxhash/v2"
@@ -181,6 +182,7 @@ type Index struct {
 	heapBytes  int
 
 	repair   func(cause error) (*Index, error)
+	repaired func(cause, err error, took time.Duration)
 	healMu   sync.Mutex
 	healed   atomic.Pointer[Index]
 	healErr  error // healMu: why healing failed for good (the data file is damaged too)
@@ -297,6 +299,11 @@ type LoadOptions struct {
 	// rebuilt from the data file, verified against the same manifest
 	// record, or an error. Repair must not call back into the Index.
 	Repair func(cause error) (*Index, error)
+	// Repaired, if set, is called after each call of Repair with its
+	// cause, its error and how long it took, once the Index no longer
+	// holds the lock that serializes repairs: what it notifies may read
+	// the Index again (a read from within Repair would wait for itself).
+	Repaired func(cause, err error, took time.Duration)
 }
 
 // Load maps (or reads) the index file at path and verifies its top block
@@ -341,7 +348,7 @@ func Load(fsys vfs.FS, path string, wantChecksum uint64, id Identity, opts LoadO
 		}
 		return nil, err
 	}
-	ix.unmap, ix.repair = unmap, opts.Repair
+	ix.unmap, ix.repair, ix.repaired = unmap, opts.Repair, opts.Repaired
 	if unmap != nil {
 		ix.heapBytes -= len(data) // Decode counted it; the mapping is not heap
 	}
@@ -908,19 +915,38 @@ func (ix *Index) Scrub() error {
 // the same entries at the same positions, which a deterministic encoding
 // of the same data file gives; it is checked by its top block checksum.
 func (ix *Index) heal(cause error) (*Index, error) {
+	h, err, ran := ix.healLocked(cause)
+	if ran.took >= 0 && ix.repaired != nil {
+		ix.repaired(cause, ran.err, ran.took)
+	}
+	return h, err
+}
+
+// repairRun is what one call of Repair returned; took is negative when
+// heal did not call it.
+type repairRun struct {
+	err  error
+	took time.Duration
+}
+
+// healLocked is heal under healMu.
+func (ix *Index) healLocked(cause error) (_ *Index, _ error, ran repairRun) {
+	ran.took = -1
 	ix.healMu.Lock()
 	defer ix.healMu.Unlock()
 	if h := ix.healed.Load(); h != nil {
-		return h, nil
+		return h, nil, ran
 	}
 	if ix.healErr != nil {
-		return nil, ix.healErr
+		return nil, ix.healErr, ran
 	}
 	if ix.repair == nil {
 		ix.healErr = cause
-		return nil, cause
+		return nil, cause, ran
 	}
+	start := time.Now()
 	h, err := ix.repair(cause)
+	ran = repairRun{err: err, took: time.Since(start)}
 	if err == nil && (h == nil || h.checksum != ix.checksum || h.n != ix.n) {
 		err = corruption.New(ix.path, -1, "the index rebuilt from the data file does not match the verified top block")
 	}
@@ -933,10 +959,10 @@ func (ix *Index) heal(cause error) (*Index, error) {
 		}
 		// Anything else (an I/O error reading the data file) may pass:
 		// the next read that needs the damaged part tries again.
-		return nil, wrapped
+		return nil, wrapped, ran
 	}
 	ix.healed.Store(h)
-	return h, nil
+	return h, nil, ran
 }
 
 // block is a view of one verified key block.

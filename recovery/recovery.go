@@ -67,6 +67,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/segkv/segkv/corruption"
 	"github.com/segkv/segkv/index"
@@ -101,6 +102,10 @@ type Options struct {
 	// Repair, if set, returns for a segment the function its index calls
 	// when it finds damage after Open (index.LoadOptions.Repair).
 	Repair func(m manifestlog.SegmentMeta) func(cause error) (*index.Index, error)
+	// Repaired, if set, returns for a segment the function its index calls
+	// after each repair, outside its repair lock
+	// (index.LoadOptions.Repaired).
+	Repaired func(m manifestlog.SegmentMeta) func(cause, err error, took time.Duration)
 	// ReadOnly: an index that must be rebuilt is rebuilt in memory only, and
 	// its file (missing, torn or stale) is left as it is. The caller then
 	// calls WouldSettle instead of Settle, so that nothing in the directory
@@ -764,6 +769,9 @@ func loadOptions(opts Options, m manifestlog.SegmentMeta) index.LoadOptions {
 	lo := index.LoadOptions{NoMap: opts.NoMap}
 	if opts.Repair != nil {
 		lo.Repair = opts.Repair(m)
+	}
+	if opts.Repaired != nil {
+		lo.Repaired = opts.Repaired(m)
 	}
 	return lo
 }

@@ -79,7 +79,7 @@ func (s *Store) buildOrderedSegment(ctx context.Context, df *dataFile, length in
 		meta.MinKey = bytes.Clone(first)
 		meta.MaxKey = bytes.Clone(last)
 	}
-	ix, err := index.Load(s.fs, p, sum, ident, index.LoadOptions{NoMap: s.opts.DisableMmap, Repair: s.indexRepair(meta)})
+	ix, err := index.Load(s.fs, p, sum, ident, s.indexLoadOptions(meta))
 	if err != nil {
 		if rerr := s.fs.Remove(p); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
 			s.log.Warn("segkv: removing an unreadable new index failed", slog.String("path", p), slog.Any("err", rerr))
@@ -108,7 +108,7 @@ func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 		return // the heap copy is what a load would make
 	}
 	id := index.Identity{DataLength: sg.meta.DataLength, DataDigest: sg.meta.DataDigest}
-	ix, err := index.Load(s.fs, p, sg.meta.IndexChecksum, id, index.LoadOptions{Repair: s.indexRepair(sg.meta)})
+	ix, err := index.Load(s.fs, p, sg.meta.IndexChecksum, id, s.indexLoadOptions(sg.meta))
 	if err != nil {
 		// Written but not readable back: keep the heap copy; the next Open
 		// rebuilds the file.
@@ -117,6 +117,23 @@ func (s *Store) writeIndexFile(sg *sealed, data []byte) {
 	}
 	if sg.df.holdIndex(ix) {
 		sg.ix.Store(ix)
+	}
+}
+
+// indexLoadOptions are the load options of segment m's index: its repair
+// and the report of each repair.
+func (s *Store) indexLoadOptions(m manifestlog.SegmentMeta) index.LoadOptions {
+	return index.LoadOptions{NoMap: s.opts.DisableMmap, Repair: s.indexRepair(m), Repaired: s.indexRepaired(m)}
+}
+
+// indexRepaired returns the function that reports each repair of segment
+// m's index to the IndexRebuilt listener. The index calls it once its
+// repair lock is released, so the listener may read the store, the
+// repaired index included.
+func (s *Store) indexRepaired(m manifestlog.SegmentMeta) func(cause, err error, took time.Duration) {
+	p := filepath.Join(s.dir, segment.IndexName(m.ID))
+	return func(cause, err error, took time.Duration) {
+		s.indexRebuilt(IndexRebuildInfo{SegmentID: m.ID, Path: p, Reason: cause.Error(), Duration: took, Err: err})
 	}
 }
 
@@ -132,10 +149,6 @@ func (s *Store) indexRepair(m manifestlog.SegmentMeta) func(cause error) (*index
 	return func(cause error) (ix *index.Index, err error) {
 		s.stats.indexRebuilds.Add(1)
 		p := filepath.Join(s.dir, segment.IndexName(m.ID))
-		start := time.Now()
-		defer func() {
-			s.indexRebuilt(IndexRebuildInfo{SegmentID: m.ID, Path: p, Reason: cause.Error(), Duration: time.Since(start), Err: err})
-		}()
 		s.log.Warn("segkv: index damaged; rebuilding it from the data file", slog.String("index", p), slog.Any("err", cause))
 		if s.opts.ReadOnly {
 			// Nothing is written: the rebuilt index lives in the heap.

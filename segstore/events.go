@@ -91,10 +91,13 @@ type SealInfo struct {
 
 // MergeInfo describes a merge step.
 type MergeInfo struct {
-	Inputs   []uint64      // ids of the input segments, oldest first
-	BytesIn  int64         // their data bytes
-	Output   uint64        // MergeEnd: id of the output segment (0 on failure)
-	BytesOut int64         // MergeEnd: its data bytes
+	Inputs  []uint64 // ids of the input segments, oldest first
+	BytesIn int64    // their data bytes
+	// Output is, at MergeEnd, the id of the output segment; 0 when the
+	// step failed (Err set) or kept nothing (Err nil: a rewrite found every
+	// record garbage and dropped its input without writing an output).
+	Output   uint64
+	BytesOut int64         // MergeEnd: the output's data bytes (0 without one)
 	Duration time.Duration // MergeEnd: since MergeBegin
 	Err      error         // MergeEnd: why the step failed
 }

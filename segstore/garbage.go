@@ -3,6 +3,7 @@ package segstore
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"sync"
 
 	"github.com/segkv/segkv/index"
@@ -41,15 +42,25 @@ const defaultGarbageRatio = 0.2
 // segments added since. A tombstone's verdict (nothing older holds its
 // key) also only moves one way, since segments older than a given one
 // only lose keys; it is rechecked when the segment list has changed.
+//
+// Its lock is never held while an index is read: a read may heal a
+// damaged index and call the IndexRebuilt listener, which may call
+// Metrics, which refreshes too. A refresh copies the estimates it
+// updates, reads without the lock, and merges what it found back; two
+// refreshes at once only repeat work, since both move every verdict the
+// same one way.
 type garbageTracker struct {
 	mu sync.Mutex
 	// segs is keyed by the segment's struct: a segment that ReplaceAll
 	// or Follow restates under a new order is a new struct and starts
 	// over, since its newer and older neighbours changed.
 	segs map[*sealed]*segGarbage
+	// newestSeq is the newest segment list a refresh has merged.
+	newestSeq uint64
 }
 
-// segGarbage is one segment's estimate.
+// segGarbage is one segment's estimate. A refresh works on a copy (clone)
+// and merges it back (absorb).
 type segGarbage struct {
 	samples []garbageSample
 	total   int64 // the samples' record bytes
@@ -60,7 +71,6 @@ type segGarbage struct {
 	// listSeq is the segment list (its manifest seq) the tombstone samples
 	// were last checked against.
 	listSeq uint64
-	failed  bool // the index could not be read: no estimate
 }
 
 type garbageSample struct {
@@ -72,48 +82,100 @@ type garbageSample struct {
 
 // bytes returns the estimated garbage bytes of the segment's data file.
 func (g *segGarbage) bytes(dataLength int64) int64 {
-	if g == nil || g.failed || g.total == 0 {
+	if g == nil || g.total == 0 {
 		return 0
 	}
 	return int64(float64(dataLength) * float64(g.dead) / float64(g.total))
+}
+
+func (g *segGarbage) clone() *segGarbage {
+	c := *g
+	c.samples = slices.Clone(g.samples)
+	return &c
+}
+
+// absorb merges into g what another refresh found for the same segment
+// (same sample positions): a sample dead in either is dead, and each
+// bound is the further of the two, since every sample live in the merged
+// estimate was live in both.
+func (g *segGarbage) absorb(o *segGarbage) {
+	g.dead = 0
+	for i := range g.samples {
+		g.samples[i].dead = g.samples[i].dead || o.samples[i].dead
+		if g.samples[i].dead {
+			g.dead += int64(g.samples[i].length)
+		}
+	}
+	g.newerSeen = max(g.newerSeen, o.newerSeen)
+	g.listSeq = max(g.listSeq, o.listSeq)
 }
 
 // refreshGarbage brings the estimates of the store's own segments in
 // newestFirst (the segment list of manifest seq listSeq, pinned by the
 // caller) up to date, forgets segments no longer in it, and returns each
 // own segment's estimated garbage bytes. The caller holds no store lock:
-// a first refresh reads a sample of every index.
+// a first refresh reads a sample of every index. A segment whose index
+// cannot be read now has no estimate; the next refresh tries again.
 func (s *Store) refreshGarbage(newestFirst []*sealed, listSeq uint64) garbageBytes {
 	t := &s.garbage
+	work := make(map[*sealed]*segGarbage, len(newestFirst))
+	t.mu.Lock()
+	for _, sg := range newestFirst {
+		if g := t.segs[sg]; g != nil {
+			work[sg] = g.clone()
+		}
+	}
+	t.mu.Unlock()
+
+	for i, sg := range newestFirst {
+		if sg.meta.Origin != 0 {
+			continue // mirrored: the leader's to merge
+		}
+		g := work[sg]
+		var err error
+		if g == nil {
+			g, err = sampleGarbage(sg)
+		}
+		if err == nil {
+			err = g.update(sg, newestFirst[:i], newestFirst[i+1:], listSeq)
+		}
+		if err != nil {
+			delete(work, sg)
+			s.log.Debug("segkv: garbage estimate skipped a segment", "path", sg.df.path, "err", err)
+			continue
+		}
+		work[sg] = g
+	}
+
+	present := make(map[*sealed]bool, len(newestFirst))
+	for _, sg := range newestFirst {
+		present[sg] = true
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.segs == nil {
 		t.segs = map[*sealed]*segGarbage{}
 	}
-	present := make(map[*sealed]bool, len(newestFirst))
-	for i, sg := range newestFirst {
-		present[sg] = true
-		if sg.meta.Origin != 0 {
-			continue // mirrored: the leader's to merge
-		}
-		g := t.segs[sg]
-		if g == nil {
-			g = sampleGarbage(sg)
+	t.newestSeq = max(t.newestSeq, listSeq)
+	for sg, g := range work {
+		if cur := t.segs[sg]; cur != nil {
+			cur.absorb(g)
+		} else {
 			t.segs[sg] = g
 		}
-		if g.failed {
-			continue
-		}
-		if err := g.update(sg, newestFirst[:i], newestFirst[i+1:], listSeq); err != nil {
-			g.failed = true
-			s.log.Debug("segkv: garbage estimate skipped a segment", "path", sg.df.path, "err", err)
-		}
 	}
-	out := make(garbageBytes, len(t.segs))
+	out := make(garbageBytes, len(newestFirst))
 	for sg, g := range t.segs {
 		if !present[sg] {
-			delete(t.segs, sg)
-		} else if b := g.bytes(sg.meta.DataLength); b > 0 {
+			// Gone from this view. A segment leaves the list for good, but
+			// a refresh of an older view than one already merged must not
+			// forget one that a newer view added.
+			if listSeq >= t.newestSeq {
+				delete(t.segs, sg)
+			}
+			continue
+		}
+		if b := g.bytes(sg.meta.DataLength); b > 0 {
 			out[sg] = b
 		}
 	}
@@ -129,7 +191,7 @@ func (gb garbageBytes) of(sg *sealed) int64 { return gb[sg] }
 
 // sampleGarbage picks the segment's sample positions and reads their
 // record lengths and kinds.
-func sampleGarbage(sg *sealed) *segGarbage {
+func sampleGarbage(sg *sealed) (*segGarbage, error) {
 	g := &segGarbage{}
 	ix := sg.index()
 	n := ix.Len()
@@ -139,13 +201,12 @@ func sampleGarbage(sg *sealed) *segGarbage {
 		pos := int((int64(2*j+1) * int64(n)) / int64(2*m))
 		e, err := ix.At(pos)
 		if err != nil {
-			g.failed = true
-			return g
+			return nil, fmt.Errorf("segkv: read index of %s: %w", sg.df.path, err)
 		}
 		g.samples[j] = garbageSample{pos: pos, length: e.Length, tomb: e.Kind == index.KindDelete}
 		g.total += int64(e.Length)
 	}
-	return g
+	return g, nil
 }
 
 // update checks the live samples against the segments added newer than

@@ -271,7 +271,26 @@ func (s *Store) Metrics() Metrics {
 	ms := s.mlog.Stats()
 	m.ManifestBytes = ms.CheckpointBytes + ms.BytesSinceCheckpoint
 	m.Files = 1 // the manifest log
+	// The estimates below need the segments' indexes, which Close
+	// releases: once Close has begun they are left out.
+	estimate := s.ops.enter() == nil
+	if estimate {
+		defer s.ops.leave()
+	}
 	s.mu.RLock()
+	// One view for every figure of the segments: the garbage estimates and
+	// the backlog are computed on this list, pinned, after mu is released.
+	newestFirst, seq := slices.Clone(s.mu.segs), s.mu.segsSeq
+	if estimate {
+		for _, sg := range newestFirst {
+			sg.df.pin()
+		}
+		defer func() {
+			for _, sg := range newestFirst {
+				sg.df.unpin()
+			}
+		}()
+	}
 	m.Segments = len(s.mu.segs)
 	for _, sg := range s.mu.segs {
 		m.SegmentBytes += sg.meta.DataLength
@@ -295,13 +314,9 @@ func (s *Store) Metrics() Metrics {
 	// 0 means the space is reclaimed even before the merge goroutine has
 	// looked at the latest commit. After the first refresh this costs
 	// only the checks of what changed since the last one.
-	// Not once Close has begun: the indexes are being released.
-	if s.ops.enter() != nil {
+	if !estimate {
 		return m
 	}
-	defer s.ops.leave()
-	newestFirst, seq, release := s.pinSegments()
-	defer release()
 	garbage := s.refreshGarbage(newestFirst, seq)
 	for _, b := range garbage {
 		m.GarbageBytes += b

@@ -898,6 +898,7 @@ func (s *Store) planRecovery(state manifestlog.State, mrep manifestlog.Report, r
 		Logger:   s.log,
 		NoMap:    s.opts.DisableMmap,
 		Repair:   s.indexRepair,
+		Repaired: s.indexRepaired,
 		ReadOnly: readOnly,
 		OnLiveRecord: func(id uint64, r segment.Record, off int64, length int) error {
 			t := tails[id]
