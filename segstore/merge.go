@@ -196,8 +196,9 @@ func pickGarbage(chunks [][]*sealed, o MergeOptions, full bool, garbage func(*se
 }
 
 // pickUnordered chooses a sealed segment to rewrite in key order: the
-// oldest whose records are not in key order (see MergeOptions.KeepWriteOrder),
-// within MaxStepBytes unless it is the only work left.
+// oldest whose records are not in key order (see MergeOptions.KeepWriteOrder).
+// A rewrite alone takes its segment whole, whatever MaxStepBytes says (a
+// segment larger than it, from an import, is still rewritten).
 func pickUnordered(oldestFirst []*sealed, o MergeOptions) []*sealed {
 	if o.KeepWriteOrder {
 		return nil
