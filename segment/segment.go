@@ -322,17 +322,33 @@ func readRecord(r io.ReaderAt, buf []byte, path string, off int64, key []byte) (
 		}
 		return Record{}, fmt.Errorf("segment: read %s at %d: %w", path, off, err)
 	}
+	return CheckRecord(buf, path, off, key)
+}
+
+// CheckRecord decodes and verifies the record that buf holds whole, read
+// from off in the data file at path, and checks that it holds key: what
+// ReadRecord does once the bytes are read, for a caller that copied them
+// itself (from a mapping of the file). The record aliases buf.
+func CheckRecord(buf []byte, path string, off int64, key []byte) (Record, error) {
 	rec, n, err := DecodeRecord(buf)
-	if err != nil {
-		return Record{}, corruption.New(path, off, "%v", err)
-	}
-	if n != length {
-		return Record{}, corruption.New(path, off, "record is %d bytes, index says %d", n, length)
-	}
-	if !bytes.Equal(rec.Key, key) {
-		return Record{}, corruption.New(path, off, "record holds another key than the index says")
+	if err != nil || n != len(buf) || !bytes.Equal(rec.Key, key) {
+		return Record{}, recordError(path, off, len(buf), n, err)
 	}
 	return rec, nil
+}
+
+// recordError is CheckRecord's corruption error, out of line: building it
+// costs the common path nothing.
+//
+//go:noinline
+func recordError(path string, off int64, length, n int, err error) error {
+	switch {
+	case err != nil:
+		return corruption.New(path, off, "%v", err)
+	case n != length:
+		return corruption.New(path, off, "record is %d bytes, index says %d", n, length)
+	}
+	return corruption.New(path, off, "record holds another key than the index says")
 }
 
 // ReplayResult summarises a replay of a data file.

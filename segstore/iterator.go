@@ -417,13 +417,13 @@ func (it *Iterator) Key() []byte { return it.key }
 // Value reads the current key's value: a copy the caller owns.
 func (it *Iterator) Value() ([]byte, error) {
 	// A buffer of the value's own, returned as it is: one allocation.
-	rec, _, err := it.readCurrent(nil)
+	v, _, err := it.readCurrent(nil)
 	if err != nil {
 		return nil, err
 	}
 	// The capacity is cut so that an append by the caller cannot scribble
 	// over the checksum behind the value.
-	return rec.Value[:len(rec.Value):len(rec.Value)], nil
+	return v[:len(v):len(v)], nil
 }
 
 // maxIterRecBuf bounds the record buffer an iterator keeps between reads, so
@@ -434,36 +434,37 @@ const maxIterRecBuf = 64 << 10
 // Value but without allocating when dst has room: a scan that reuses one
 // buffer for its values reads them with no allocation per key.
 func (it *Iterator) AppendValue(dst []byte) ([]byte, error) {
-	rec, buf, err := it.readCurrent(it.recBuf)
+	v, buf, err := it.readCurrent(it.recBuf)
 	if cap(buf) <= maxIterRecBuf {
 		it.recBuf = buf
 	}
 	if err != nil {
 		return dst, err
 	}
-	return append(dst, rec.Value...), nil
+	return append(dst, v...), nil
 }
 
 // readCurrent reads and verifies the current key's record into buf (grown
-// if needed) under the snapshot's read lock, and records a failure in Err.
-func (it *Iterator) readCurrent(buf []byte) (segment.Record, []byte, error) {
+// if needed) under the snapshot's read lock, and returns its value, which
+// aliases the returned buffer; it records a failure in Err.
+func (it *Iterator) readCurrent(buf []byte) (value, _ []byte, err error) {
 	if !it.usable() {
-		return segment.Record{}, buf, ErrClosed
+		return nil, buf, ErrClosed
 	}
 	if !it.valid {
-		return segment.Record{}, buf, ErrNotFound
+		return nil, buf, ErrNotFound
 	}
 	it.sn.readMu.RLock()
 	defer it.sn.readMu.RUnlock()
 	if it.sn.closed.Load() || it.sn.s.closed.Load() {
 		it.err = ErrClosed
-		return segment.Record{}, buf, ErrClosed
+		return nil, buf, ErrClosed
 	}
-	rec, buf, err := it.sn.s.readRecord(it.cur.df, buf, it.cur.off, it.cur.length, it.cur.kind, it.key)
+	value, buf, err = it.sn.s.readRecord(it.cur.df, buf, it.cur.off, it.cur.length, it.cur.kind, it.key)
 	if err != nil {
 		it.err = err
 	}
-	return rec, buf, err
+	return value, buf, err
 }
 
 // usable reports whether the iterator may move: not once it, its snapshot
