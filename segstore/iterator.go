@@ -24,7 +24,7 @@ type Iterator struct {
 	ownsSn bool
 	lower  []byte
 	upper  []byte
-	srcs   []*iterSource
+	srcs   []iterSource // newest first: srcs[i].prio == i
 	h      iterHeap
 	valid  bool
 	key    []byte // the current key: keyBuf, or nil
@@ -36,6 +36,14 @@ type Iterator struct {
 	// rangesUpTo is one past the oldest source with range tombstones: only
 	// sources below it can delete an older source's key.
 	rangesUpTo int
+
+	// Room allocated with the iterator for what most iterators need, so
+	// that creating one costs a few allocations whatever the number of
+	// segments: the live file's cursor (a second live file, one being
+	// sealed, gets one of its own), the heap's array and the key buffer.
+	liveCursor liveCursor
+	heapSpace  [8]*iterSource
+	keySpace   [64]byte
 }
 
 type iterEntry struct {
@@ -64,7 +72,8 @@ type iterSource struct {
 	df     *dataFile
 	cur    cursor
 	k      []byte
-	ranges spanSet // the source's range tombstones
+	ranges spanSet     // the source's range tombstones
+	ixCur  indexCursor // a sealed segment's cursor (cur points at it)
 }
 
 // move records the outcome of a cursor move.
@@ -89,9 +98,12 @@ type spanSet interface {
 
 // indexCursor walks a sealed segment's index. It reads the entry at each
 // position it moves to, so that a damaged index block (one the index could
-// not heal) stops the cursor with an error instead of a wrong key.
+// not heal) stops the cursor with an error instead of a wrong key; its
+// index.Reader keeps the block of the last read, so that a step within a
+// block does not locate the block again.
 type indexCursor struct {
-	ix  *index.Index
+	r   index.Reader
+	n   int // the index's length
 	pos int
 	cur index.Entry
 	e   error
@@ -99,32 +111,32 @@ type indexCursor struct {
 
 // load reads the entry at pos, if pos is a position of the index.
 func (c *indexCursor) load() bool {
-	if c.e != nil || c.pos < 0 || c.pos >= c.ix.Len() {
+	if c.e != nil || c.pos < 0 || c.pos >= c.n {
 		return false
 	}
-	c.cur, c.e = c.ix.At(c.pos)
+	c.cur, c.e = c.r.At(c.pos)
 	return c.e == nil
 }
 
 func (c *indexCursor) seekGE(key []byte) bool {
 	c.pos = 0
 	if key != nil {
-		c.pos, c.e = c.ix.Search(key)
+		c.pos, c.e = c.r.Index().Search(key)
 	}
 	return c.load()
 }
 
 func (c *indexCursor) seekLT(key []byte) bool {
-	c.pos = c.ix.Len()
+	c.pos = c.n
 	if key != nil {
-		c.pos, c.e = c.ix.Search(key)
+		c.pos, c.e = c.r.Index().Search(key)
 	}
 	c.pos--
 	return c.load()
 }
 
 func (c *indexCursor) next() bool {
-	if c.pos < c.ix.Len() {
+	if c.pos < c.n {
 		c.pos++
 	}
 	return c.load()
@@ -203,13 +215,17 @@ func (h *iterHeap) popTop() {
 
 // NewIterator returns an iterator over a snapshot of the store taken now.
 func (s *Store) NewIterator(opts *IterOptions) (*Iterator, error) {
-	sn, err := s.NewSnapshot()
-	if err != nil {
+	// The iterator and the snapshot it owns are one allocation.
+	o := new(struct {
+		it Iterator
+		sn Snapshot
+	})
+	if err := s.snapshotInto(&o.sn); err != nil {
 		return nil, err
 	}
-	it := sn.newIterator(opts)
-	it.ownsSn = true
-	return it, nil
+	o.sn.initIterator(&o.it, opts)
+	o.it.ownsSn = true
+	return &o.it, nil
 }
 
 // NewIterator returns an iterator over the snapshot.
@@ -217,11 +233,15 @@ func (sn *Snapshot) NewIterator(opts *IterOptions) (*Iterator, error) {
 	if sn.closed.Load() || sn.s.closed.Load() {
 		return nil, ErrClosed
 	}
-	return sn.newIterator(opts), nil
+	it := new(Iterator)
+	sn.initIterator(it, opts)
+	return it, nil
 }
 
-func (sn *Snapshot) newIterator(opts *IterOptions) *Iterator {
-	it := &Iterator{sn: sn, keyBuf: make([]byte, 0, 64)}
+// initIterator makes it, a zero Iterator, an iterator over the snapshot.
+func (sn *Snapshot) initIterator(it *Iterator, opts *IterOptions) {
+	it.sn = sn
+	it.keyBuf = it.keySpace[:0]
 	if opts != nil {
 		it.lower, it.upper = opts.LowerBound, opts.UpperBound
 		if opts.Prefix != nil {
@@ -234,23 +254,48 @@ func (sn *Snapshot) newIterator(opts *IterOptions) *Iterator {
 		}
 	}
 	// The sources are the snapshot's frozen directories and indexes as they
-	// are: creating an iterator copies and sorts nothing.
-	prio := 0
+	// are: creating an iterator copies and sorts nothing. A source with no
+	// keys and no range tombstones (an empty live file) can change no
+	// answer and is left out. Each source is set up in place, in a zero
+	// slot of one array.
+	it.srcs = make([]iterSource, 0, len(sn.tails)+len(sn.segs))
 	for _, v := range sn.tails {
-		it.srcs = append(it.srcs, &iterSource{prio: prio, df: v.t.df, cur: newLiveCursor(v.keys), ranges: v.ranges})
-		prio++
+		if v.keys.len() == 0 && v.ranges.Len() == 0 {
+			continue
+		}
+		n := len(it.srcs)
+		it.srcs = it.srcs[:n+1]
+		src := &it.srcs[n]
+		src.prio, src.df, src.ranges = n, v.t.df, v.ranges
+		lc := &it.liveCursor
+		if n > 0 {
+			lc = new(liveCursor) // a second live file: one being sealed
+		}
+		lc.init(v.keys)
+		src.cur = lc
 	}
 	for _, sg := range sn.segs {
 		ix := sg.index()
-		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, cur: &indexCursor{ix: ix}, ranges: ix.Ranges()})
-		prio++
+		if ix.Len() == 0 && ix.Ranges().Len() == 0 {
+			continue
+		}
+		n := len(it.srcs)
+		it.srcs = it.srcs[:n+1]
+		src := &it.srcs[n]
+		src.prio, src.df, src.ranges = n, sg.df, ix.Ranges()
+		src.ixCur.r, src.ixCur.n = ix.NewReader(), ix.Len()
+		src.cur = &src.ixCur
 	}
-	for _, src := range it.srcs {
-		if src.ranges.Len() > 0 {
-			it.rangesUpTo = src.prio + 1
+	for i := range it.srcs {
+		if it.srcs[i].ranges.Len() > 0 {
+			it.rangesUpTo = i + 1
 		}
 	}
-	return it
+	if len(it.srcs) <= len(it.heapSpace) {
+		it.h.srcs = it.heapSpace[:0]
+	} else {
+		it.h.srcs = make([]*iterSource, 0, len(it.srcs))
+	}
 }
 
 // First positions the iterator at the first key within the bounds.
@@ -276,7 +321,8 @@ func (it *Iterator) Seek(key []byte) bool {
 		key = it.lower
 	}
 	it.h = iterHeap{srcs: it.h.srcs[:0]}
-	for _, src := range it.srcs {
+	for i := range it.srcs {
+		src := &it.srcs[i]
 		if src.move(src.cur.seekGE(key)) {
 			it.h.srcs = append(it.h.srcs, src)
 		} else if err := src.cur.err(); err != nil {
@@ -303,7 +349,8 @@ func (it *Iterator) seekBefore(key []byte) bool {
 		return false
 	}
 	it.h = iterHeap{srcs: it.h.srcs[:0], reverse: true}
-	for _, src := range it.srcs {
+	for i := range it.srcs {
+		src := &it.srcs[i]
 		if src.move(src.cur.seekLT(key)) {
 			it.h.srcs = append(it.h.srcs, src)
 		} else if err := src.cur.err(); err != nil {
@@ -399,8 +446,8 @@ func (it *Iterator) fail(err error) bool {
 // prio deletes key. (A source's own range tombstones never delete its own
 // keys: those are newer, or were removed when the tombstone was applied.)
 func (it *Iterator) rangeDeleted(key []byte, prio int) bool {
-	for _, src := range it.srcs[:min(prio, it.rangesUpTo)] {
-		if src.ranges.Covers(key) {
+	for i := range min(prio, it.rangesUpTo) {
+		if it.srcs[i].ranges.Covers(key) {
 			return true
 		}
 	}

@@ -2,6 +2,8 @@ package segstore
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -143,4 +145,61 @@ func TestIteratorReverseScan(t *testing.T) {
 	require.Greater(t, len(fwd), 2000)
 	slices.Reverse(back)
 	require.Equal(t, fwd, back)
+}
+
+// TestIteratorSources: an iterator over many segments (more than the
+// heap's room in the iterator), an empty live file, and a live file that
+// holds only a range tombstone, forward and backward, from the store and
+// from a snapshot taken before the tombstone; a source with no keys and no
+// range tombstones is left out, one with range tombstones is not.
+func TestIteratorSources(t *testing.T) {
+	s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+	defer checkAndClose(t, s)
+	m := model{}
+	for seg := range 12 {
+		for i := range 20 {
+			k := fmt.Sprintf("k%03d", (i*37+seg*11)%200)
+			v := fmt.Sprintf("v%d", seg)
+			require.NoError(t, s.Put([]byte(k), []byte(v)))
+			m[k] = v
+		}
+		require.NoError(t, s.Seal())
+	}
+	check := func(name string, it *Iterator, m model) {
+		t.Helper()
+		want := slices.Sorted(maps.Keys(m))
+		var fwd, back []string
+		for ok := it.First(); ok; ok = it.Next() {
+			v, err := it.Value()
+			require.NoError(t, err)
+			require.Equal(t, m[string(it.Key())], string(v), "%s: %q", name, it.Key())
+			fwd = append(fwd, string(it.Key()))
+		}
+		for ok := it.Last(); ok; ok = it.Prev() {
+			back = append(back, string(it.Key()))
+		}
+		require.NoError(t, it.Err())
+		slices.Reverse(back)
+		require.Equal(t, want, fwd, name)
+		require.Equal(t, want, back, name)
+		require.NoError(t, it.Close())
+	}
+	it, err := s.NewIterator(nil)
+	require.NoError(t, err)
+	require.Len(t, it.srcs, 12, "the empty live file is left out")
+	check("sealed", it, m)
+
+	sn, err := s.NewSnapshot()
+	require.NoError(t, err)
+	defer sn.Close()
+	before := m.clone()
+	require.NoError(t, s.DeleteRange([]byte("k050"), []byte("k150")))
+	m.deleteRange("k050", "k150")
+	it, err = s.NewIterator(nil)
+	require.NoError(t, err)
+	require.Len(t, it.srcs, 13, "a live file with only a range tombstone is a source")
+	check("range tombstone alone in the live file", it, m)
+	it, err = sn.NewIterator(nil)
+	require.NoError(t, err)
+	check("snapshot before it", it, before)
 }

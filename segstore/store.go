@@ -152,8 +152,11 @@ type Store struct {
 	mu struct {
 		sync.RWMutex
 		tail   *tail
-		frozen *tail     // a live file being sealed: still readable, no longer written
-		segs   []*sealed // sealed segments, newest (highest Order) first
+		frozen *tail // a live file being sealed: still readable, no longer written
+		// segs is the sealed segments, newest (highest Order) first. Once
+		// the store is open it is replaced whole, never written in place:
+		// snapshots share it.
+		segs []*sealed
 		// segsSeq is the ManifestSeq of the commit whose state segs is:
 		// set with segs, under the exclusive lock, so a snapshot reads the
 		// two as one pair (the manifest's own Seq runs ahead of segs
