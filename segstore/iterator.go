@@ -3,6 +3,7 @@ package segstore
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
@@ -20,31 +21,67 @@ type IterOptions struct {
 // indexes of the sealed segments; the newest version of each key wins and
 // deleted keys are skipped. It is not safe for concurrent use. Close it.
 type Iterator struct {
+	// iterState is what the open iterator reads and moves. Close returns it
+	// to a pool and sets this to nil: nothing a closed iterator answers
+	// (Valid, Key, Err, a second Close, ErrClosed from the rest) reads it.
+	*iterState
+	valid  bool
+	key    []byte // the current key: keyBuf, or nil
+	keyBuf []byte // reused for every key (never nil), so a step does not allocate
+	err    error
+	closed bool // Close was called
+	// keySpace is keyBuf's first array: a key the caller still holds after
+	// Close stays as it was (it is the iterator's, not the pool's).
+	keySpace [64]byte
+}
+
+// iterState is an open iterator's sources and buffers. NewIterator takes one
+// from iterStates and Close puts it back, cleared, so that making an
+// iterator allocates little whatever the number of segments.
+type iterState struct {
 	sn     *Snapshot
 	ownsSn bool
+	// ownSn is the snapshot Store.NewIterator takes for the iterator (sn
+	// points at it then), reused with the state.
+	ownSn  Snapshot
 	lower  []byte
 	upper  []byte
 	srcs   []iterSource // newest first: srcs[i].prio == i
 	h      iterHeap
-	valid  bool
-	key    []byte // the current key: keyBuf, or nil
-	keyBuf []byte // reused for every key (never nil), so a step does not allocate
 	cur    iterEntry
 	recBuf []byte // reused by AppendValue to read a record into
-	err    error
-	closed bool // Close was called
 	// rangesUpTo is one past the oldest source with range tombstones: only
 	// sources below it can delete an older source's key.
 	rangesUpTo int
-
-	// Room allocated with the iterator for what most iterators need, so
-	// that creating one costs a few allocations whatever the number of
-	// segments: the live file's cursor (a second live file, one being
-	// sealed, gets one of its own), the heap's array and the key buffer.
+	// liveCursor is the live file's cursor (a second live file, one being
+	// sealed, gets one of its own); heapSpace is the heap's array when the
+	// sources fit in it.
 	liveCursor liveCursor
 	heapSpace  [8]*iterSource
-	keySpace   [64]byte
 }
+
+var iterStates = sync.Pool{New: func() any { return new(iterState) }}
+
+// release clears st, so that the pool holds no file, index or key
+// directory alive, and puts it back.
+func (st *iterState) release() {
+	clear(st.srcs) // the slots past len are zero already
+	st.srcs = st.srcs[:0]
+	if cap(st.srcs) > maxPooledSources {
+		st.srcs = nil
+	}
+	clear(st.heapSpace[:])
+	st.h = iterHeap{}
+	st.sn, st.ownsSn, st.lower, st.upper = nil, false, nil, nil
+	st.ownSn.reset()
+	st.cur, st.rangesUpTo = iterEntry{}, 0
+	st.recBuf = st.recBuf[:0]
+	st.liveCursor = liveCursor{}
+	iterStates.Put(st)
+}
+
+// maxPooledSources bounds the sources array a pooled state keeps.
+const maxPooledSources = 64
 
 type iterEntry struct {
 	df     *dataFile
@@ -215,17 +252,13 @@ func (h *iterHeap) popTop() {
 
 // NewIterator returns an iterator over a snapshot of the store taken now.
 func (s *Store) NewIterator(opts *IterOptions) (*Iterator, error) {
-	// The iterator and the snapshot it owns are one allocation.
-	o := new(struct {
-		it Iterator
-		sn Snapshot
-	})
-	if err := s.snapshotInto(&o.sn); err != nil {
+	st := iterStates.Get().(*iterState)
+	if err := s.snapshotInto(&st.ownSn); err != nil {
+		iterStates.Put(st) // untouched
 		return nil, err
 	}
-	o.sn.initIterator(&o.it, opts)
-	o.it.ownsSn = true
-	return &o.it, nil
+	st.sn, st.ownsSn = &st.ownSn, true
+	return newIterator(st, opts), nil
 }
 
 // NewIterator returns an iterator over the snapshot.
@@ -233,23 +266,30 @@ func (sn *Snapshot) NewIterator(opts *IterOptions) (*Iterator, error) {
 	if sn.closed.Load() || sn.s.closed.Load() {
 		return nil, ErrClosed
 	}
-	it := new(Iterator)
-	sn.initIterator(it, opts)
-	return it, nil
+	st := iterStates.Get().(*iterState)
+	st.sn = sn
+	return newIterator(st, opts), nil
 }
 
-// initIterator makes it, a zero Iterator, an iterator over the snapshot.
-func (sn *Snapshot) initIterator(it *Iterator, opts *IterOptions) {
-	it.sn = sn
+// newIterator returns an iterator reading st, whose sn is set.
+func newIterator(st *iterState, opts *IterOptions) *Iterator {
+	it := &Iterator{iterState: st}
 	it.keyBuf = it.keySpace[:0]
+	st.init(opts)
+	return it
+}
+
+// init sets up the state's sources over its snapshot.
+func (st *iterState) init(opts *IterOptions) {
+	sn := st.sn
 	if opts != nil {
-		it.lower, it.upper = opts.LowerBound, opts.UpperBound
+		st.lower, st.upper = opts.LowerBound, opts.UpperBound
 		if opts.Prefix != nil {
-			if it.lower == nil || bytes.Compare(opts.Prefix, it.lower) > 0 {
-				it.lower = opts.Prefix
+			if st.lower == nil || bytes.Compare(opts.Prefix, st.lower) > 0 {
+				st.lower = opts.Prefix
 			}
-			if succ := prefixSuccessor(opts.Prefix); succ != nil && (it.upper == nil || bytes.Compare(succ, it.upper) < 0) {
-				it.upper = succ
+			if succ := prefixSuccessor(opts.Prefix); succ != nil && (st.upper == nil || bytes.Compare(succ, st.upper) < 0) {
+				st.upper = succ
 			}
 		}
 	}
@@ -257,17 +297,26 @@ func (sn *Snapshot) initIterator(it *Iterator, opts *IterOptions) {
 	// are: creating an iterator copies and sorts nothing. A source with no
 	// keys and no range tombstones (an empty live file) can change no
 	// answer and is left out. Each source is set up in place, in a zero
-	// slot of one array.
-	it.srcs = make([]iterSource, 0, len(sn.tails)+len(sn.segs))
+	// slot of one array (sized for every segment: one with no keys is
+	// rare).
+	n := len(sn.segs)
+	for _, v := range sn.tails {
+		if v.keys.len() > 0 || v.ranges.Len() > 0 {
+			n++
+		}
+	}
+	if cap(st.srcs) < n {
+		st.srcs = make([]iterSource, 0, n)
+	}
 	for _, v := range sn.tails {
 		if v.keys.len() == 0 && v.ranges.Len() == 0 {
 			continue
 		}
-		n := len(it.srcs)
-		it.srcs = it.srcs[:n+1]
-		src := &it.srcs[n]
+		n := len(st.srcs)
+		st.srcs = st.srcs[:n+1]
+		src := &st.srcs[n]
 		src.prio, src.df, src.ranges = n, v.t.df, v.ranges
-		lc := &it.liveCursor
+		lc := &st.liveCursor
 		if n > 0 {
 			lc = new(liveCursor) // a second live file: one being sealed
 		}
@@ -279,27 +328,30 @@ func (sn *Snapshot) initIterator(it *Iterator, opts *IterOptions) {
 		if ix.Len() == 0 && ix.Ranges().Len() == 0 {
 			continue
 		}
-		n := len(it.srcs)
-		it.srcs = it.srcs[:n+1]
-		src := &it.srcs[n]
+		n := len(st.srcs)
+		st.srcs = st.srcs[:n+1]
+		src := &st.srcs[n]
 		src.prio, src.df, src.ranges = n, sg.df, ix.Ranges()
 		src.ixCur.r, src.ixCur.n = ix.NewReader(), ix.Len()
 		src.cur = &src.ixCur
 	}
-	for i := range it.srcs {
-		if it.srcs[i].ranges.Len() > 0 {
-			it.rangesUpTo = i + 1
+	for i := range st.srcs {
+		if st.srcs[i].ranges.Len() > 0 {
+			st.rangesUpTo = i + 1
 		}
 	}
-	if len(it.srcs) <= len(it.heapSpace) {
-		it.h.srcs = it.heapSpace[:0]
+	if len(st.srcs) <= len(st.heapSpace) {
+		st.h.srcs = st.heapSpace[:0]
 	} else {
-		it.h.srcs = make([]*iterSource, 0, len(it.srcs))
+		st.h.srcs = make([]*iterSource, 0, len(st.srcs))
 	}
 }
 
 // First positions the iterator at the first key within the bounds.
 func (it *Iterator) First() bool {
+	if !it.usable() {
+		return false
+	}
 	if it.lower != nil {
 		return it.Seek(it.lower)
 	}
@@ -308,6 +360,9 @@ func (it *Iterator) First() bool {
 
 // Last positions the iterator at the last key within the bounds.
 func (it *Iterator) Last() bool {
+	if !it.usable() {
+		return false
+	}
 	return it.seekBefore(it.upper)
 }
 
@@ -336,6 +391,9 @@ func (it *Iterator) Seek(key []byte) bool {
 // SeekLT positions the iterator at the last key < key within the bounds.
 // A nil key means no limit other than the upper bound: SeekLT(nil) is Last.
 func (it *Iterator) SeekLT(key []byte) bool {
+	if !it.usable() {
+		return false
+	}
 	if key == nil || (it.upper != nil && bytes.Compare(key, it.upper) > 0) {
 		key = it.upper
 	}
@@ -481,6 +539,9 @@ const maxIterRecBuf = 64 << 10
 // Value but without allocating when dst has room: a scan that reuses one
 // buffer for its values reads them with no allocation per key.
 func (it *Iterator) AppendValue(dst []byte) ([]byte, error) {
+	if !it.usable() {
+		return dst, ErrClosed
+	}
 	v, buf, err := it.readCurrent(it.recBuf)
 	if cap(buf) <= maxIterRecBuf {
 		it.recBuf = buf
@@ -538,10 +599,14 @@ func (it *Iterator) Close() error {
 	}
 	it.closed = true
 	it.valid = false
-	if it.ownsSn {
-		return it.sn.Close()
+	st := it.iterState
+	it.iterState = nil
+	var err error
+	if st.ownsSn {
+		err = st.sn.Close()
 	}
-	return nil
+	st.release()
+	return err
 }
 
 // prefixSuccessor returns the smallest key greater than every key with the

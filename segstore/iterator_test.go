@@ -203,3 +203,62 @@ func TestIteratorSources(t *testing.T) {
 	require.NoError(t, err)
 	check("snapshot before it", it, before)
 }
+
+// TestIteratorAfterClose: every method of a closed iterator answers as
+// closed (its state went back to a pool and may serve another iterator),
+// and the key it returned last stays what it was while other iterators
+// reuse that state.
+func TestIteratorAfterClose(t *testing.T) {
+	s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+	defer checkAndClose(t, s)
+	for i := range 50 {
+		require.NoError(t, s.Put(fmt.Appendf(nil, "k%02d", i), []byte("v")))
+		if i == 20 {
+			require.NoError(t, s.Seal())
+		}
+	}
+	sn, err := s.NewSnapshot()
+	require.NoError(t, err)
+	defer sn.Close()
+	for _, fromSnapshot := range []bool{false, true} {
+		var it *Iterator
+		if fromSnapshot {
+			it, err = sn.NewIterator(nil)
+		} else {
+			it, err = s.NewIterator(nil)
+		}
+		require.NoError(t, err)
+		require.True(t, it.Seek([]byte("k30")))
+		key := it.Key()
+		require.Equal(t, "k30", string(key))
+		require.NoError(t, it.Close())
+
+		for range 20 { // the closed iterator's state serves these
+			other, err := s.NewIterator(nil)
+			require.NoError(t, err)
+			for ok := other.Last(); ok; ok = other.Prev() {
+				_, err := other.AppendValue(nil)
+				require.NoError(t, err)
+			}
+			require.NoError(t, other.Close())
+		}
+		require.Equal(t, "k30", string(key), "a key held across Close")
+		require.Equal(t, "k30", string(it.Key()))
+
+		require.False(t, it.Valid())
+		require.False(t, it.First())
+		require.False(t, it.Last())
+		require.False(t, it.Seek([]byte("k10")))
+		require.False(t, it.SeekLT([]byte("k10")))
+		require.False(t, it.Next())
+		require.False(t, it.Prev())
+		_, err = it.Value()
+		require.ErrorIs(t, err, ErrClosed)
+		v, err := it.AppendValue([]byte("x"))
+		require.ErrorIs(t, err, ErrClosed)
+		require.Equal(t, "x", string(v))
+		require.ErrorIs(t, it.Err(), ErrClosed)
+		require.ErrorIs(t, it.Close(), ErrClosed)
+	}
+	require.Equal(t, int64(1), s.Metrics().OpenSnapshots, "only the snapshot")
+}

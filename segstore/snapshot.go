@@ -52,7 +52,7 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 	return sn, nil
 }
 
-// snapshotInto makes sn, a zero Snapshot, a snapshot of the store's current
+// snapshotInto makes sn, a zero or reset Snapshot, a snapshot of the store's current
 // state.
 func (s *Store) snapshotInto(sn *Snapshot) error {
 	s.mu.RLock()
@@ -65,6 +65,7 @@ func (s *Store) snapshotInto(sn *Snapshot) error {
 	// The store's segment list is replaced whole, never written in place,
 	// so the snapshot shares it (capped: an append copies).
 	sn.s, sn.segs, sn.seq = s, s.mu.segs[:len(s.mu.segs):len(s.mu.segs)], s.mu.segsSeq
+	sn.closed.Store(false) // a reused one was closed
 	sn.tails = sn.tailSpace[:0]
 	// Under mu no seal can switch live files, so the live file and the
 	// frozen one are copied as one consistent pair: a group is published
@@ -80,6 +81,14 @@ func (s *Store) snapshotInto(sn *Snapshot) error {
 	}
 	s.snapshots.Add(1)
 	return nil
+}
+
+// reset makes a closed snapshot zero again, but for its locks (unlocked)
+// and closed (set again by snapshotInto), so that an iterator's state can
+// reuse it without holding what it pinned.
+func (sn *Snapshot) reset() {
+	sn.s, sn.tails, sn.segs, sn.pinnedFrozen, sn.seq = nil, nil, nil, nil, 0
+	clear(sn.tailSpace[:])
 }
 
 // tailView is a live file as a snapshot sees it: its data file and a
