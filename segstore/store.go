@@ -818,7 +818,7 @@ func (s *Store) readValue(d *dataFile, off int64, length uint32, kind segment.Re
 // and that it holds key with the kind the index gave, and returns its value
 // with the buffer it aliases. The caller keeps d pinned (or holds mu).
 func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, kind segment.RecordKind, key []byte) (value, _ []byte, err error) {
-	var rec segment.Record
+	var got segment.RecordKind
 	if m := d.reader(); m != nil && off >= 0 && off+int64(length) <= int64(len(m.data)) {
 		// Copied out of the mapping, then verified: the bytes returned are
 		// the bytes checked.
@@ -827,28 +827,29 @@ func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, ki
 		}
 		buf = buf[:length]
 		copy(buf, m.data[off:])
-		rec, err = segment.CheckRecord(buf, d.path, off, key)
+		got, value, err = segment.CheckValue(buf, d.path, off, key)
 	} else {
-		rec, buf, err = s.readRecordFile(d, buf, off, length, key)
+		got, value, buf, err = s.readRecordFile(d, buf, off, length, key)
 	}
 	if err != nil {
 		return nil, buf, err
 	}
-	if rec.Kind != kind {
-		return nil, buf, kindError(d.path, off, rec.Kind, kind)
+	if got != kind {
+		return nil, buf, kindError(d.path, off, got, kind)
 	}
-	return rec.Value, buf, nil
+	return value, buf, nil
 }
 
 // readRecordFile is readRecord through the file cache, for a file that is
 // not mapped.
-func (s *Store) readRecordFile(d *dataFile, buf []byte, off int64, length uint32, key []byte) (segment.Record, []byte, error) {
+func (s *Store) readRecordFile(d *dataFile, buf []byte, off int64, length uint32, key []byte) (segment.RecordKind, []byte, []byte, error) {
 	h, err := s.files.acquire(d.id, d.path)
 	if err != nil {
-		return segment.Record{}, buf, err
+		return 0, nil, buf, err
 	}
 	defer s.files.release(h)
-	return segment.ReadRecordInto(h.f, buf, d.path, off, int(length), key)
+	rec, buf, err := segment.ReadRecordInto(h.f, buf, d.path, off, int(length), key)
+	return rec.Kind, rec.Value, buf, err
 }
 
 // kindError reports a record whose kind is not the one the index gave.
