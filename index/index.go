@@ -821,6 +821,68 @@ func (ix *Index) At(i int) (Entry, error) {
 	return blk.at(i - b*ix.perBlock), nil
 }
 
+// Reader reads an index's entries by position, as At does, but keeps the
+// key block of its last read: a walk over neighbouring positions (an
+// iterator's steps) locates and checks each block once instead of once per
+// entry. A block it keeps was verified when it was first read, like every
+// block At serves; once the index is healed, a Reader moves to the rebuilt
+// index at its next block, and the block it keeps still holds the same
+// entries at the same positions. A Reader is not safe for concurrent use;
+// the Index must stay open while it is used.
+type Reader struct {
+	ix   *Index
+	blk  []byte // the kept block's bytes (see view)
+	n    int    // its number of entries; 0: no block kept
+	base int    // the position of its first entry
+}
+
+// NewReader returns a Reader of the index.
+func (ix *Index) NewReader() Reader { return Reader{ix: ix} }
+
+// Index returns the index the Reader reads.
+func (r *Reader) Index() *Index { return r.ix }
+
+// At returns entry i, 0 <= i < Len(), as Index.At does.
+func (r *Reader) At(i int) (Entry, error) {
+	if j := i - r.base; j >= 0 && j < r.n {
+		return entryAt(r.blk, r.n, j), nil
+	}
+	return r.load(i)
+}
+
+// load reads entry i from its block and keeps the block.
+func (r *Reader) load(i int) (Entry, error) {
+	ix := r.ix
+	if h := ix.healed.Load(); h != nil {
+		ix = h
+	}
+	if i < 0 || i >= ix.n {
+		panic(fmt.Sprintf("index: position %d out of range [0, %d)", i, ix.n))
+	}
+	b := i / ix.perBlock
+	if ix.state[b].Load() != good {
+		if err := ix.verifyBlock(b); err != nil {
+			r.n = 0
+			return ix.At(i) // heals, or fails
+		}
+	}
+	r.blk, r.n, r.base = ix.blockBytes(b), min(ix.perBlock, ix.n-b*ix.perBlock), b*ix.perBlock
+	return entryAt(r.blk, r.n, i-r.base), nil
+}
+
+// entryAt is block.at on the bytes of a block of n entries.
+func entryAt(blk []byte, n, j int) Entry {
+	le := binary.LittleEndian
+	offs := blk[8*n : 12*n+4]
+	r := blk[12*n+4:][le.Uint32(offs[4*j:]):le.Uint32(offs[4*(j+1):])]
+	return Entry{
+		Key:    r[recordMeta:len(r):len(r)],
+		Kind:   segment.RecordKind(r[0]),
+		Offset: int64(le.Uint64(r[1:])),
+		Length: le.Uint32(r[9:]),
+	}
+}
+
 // Key returns key i, 0 <= i < Len(), without decoding the rest of the entry:
 // what a merge of several indexes compares. Like At's Entry.Key it aliases
 // the index and has no spare capacity.
@@ -983,11 +1045,17 @@ func (ix *Index) firstKey(b int) []byte {
 
 // view slices block b (bounds proved by Decode).
 func (ix *Index) view(b int) block {
+	n := min(ix.perBlock, ix.n-b*ix.perBlock)
+	d := ix.blockBytes(b)
+	return block{n: n, words: d[:8*n], offs: d[8*n : 12*n+4], recs: d[12*n+4:]}
+}
+
+// blockBytes returns the bytes of block b: n search words, n+1 record
+// offsets, the records.
+func (ix *Index) blockBytes(b int) []byte {
 	e := ix.tab[tabEntry*b:]
 	off, length := binary.LittleEndian.Uint64(e), uint64(binary.LittleEndian.Uint32(e[8:]))
-	n := min(ix.perBlock, ix.n-b*ix.perBlock)
-	d := ix.data[off : off+length]
-	return block{n: n, words: d[:8*n], offs: d[8*n : 12*n+4], recs: d[12*n+4:]}
+	return ix.data[off : off+length]
 }
 
 // block returns block b, verifying it first if no read did yet.

@@ -234,44 +234,58 @@ var errBadRecord = errors.New("malformed record")
 // DecodeRecord decodes the record at the start of b and returns it with its
 // encoded length. It verifies the record checksum.
 func DecodeRecord(b []byte) (Record, int, error) {
-	if len(b) < 1+1+1+recordTrailer {
-		return Record{}, 0, fmt.Errorf("%w: %d bytes is too short", errBadRecord, len(b))
+	kind, k, v, n, err := decodeRecord(b)
+	if err != nil {
+		return Record{}, 0, err
 	}
-	kind := RecordKind(b[0])
+	return Record{Kind: kind, Key: b[k:v.start], Value: b[v.start:v.end]}, n, nil
+}
+
+// span is [start, end) of a record's bytes.
+type span struct{ start, end int }
+
+// decodeRecord is DecodeRecord returning positions in b (the key starts at
+// k and ends where the value starts): no slice headers to return, which
+// keeps the results in registers on a value read's path.
+func decodeRecord(b []byte) (kind RecordKind, k int, v span, n int, err error) {
+	if len(b) < 1+1+1+recordTrailer {
+		return 0, 0, span{}, 0, fmt.Errorf("%w: %d bytes is too short", errBadRecord, len(b))
+	}
+	kind = RecordKind(b[0])
 	if !kind.Known() {
-		return Record{}, 0, fmt.Errorf("%w: unknown kind %d", errBadRecord, b[0])
+		return 0, 0, span{}, 0, fmt.Errorf("%w: unknown kind %d", errBadRecord, b[0])
 	}
 	pos := 1
-	klen, n := binary.Uvarint(b[pos:])
-	if n <= 0 {
-		return Record{}, 0, fmt.Errorf("%w: bad key length", errBadRecord)
+	klen, m := binary.Uvarint(b[pos:])
+	if m <= 0 {
+		return 0, 0, span{}, 0, fmt.Errorf("%w: bad key length", errBadRecord)
 	}
-	pos += n
-	vlen, n := binary.Uvarint(b[pos:])
-	if n <= 0 {
-		return Record{}, 0, fmt.Errorf("%w: bad value length", errBadRecord)
+	pos += m
+	vlen, m := binary.Uvarint(b[pos:])
+	if m <= 0 {
+		return 0, 0, span{}, 0, fmt.Errorf("%w: bad value length", errBadRecord)
 	}
-	pos += n
+	pos += m
 	rest := uint64(len(b) - pos)
 	if klen > rest || vlen > rest-klen || rest-klen-vlen < recordTrailer {
-		return Record{}, 0, fmt.Errorf("%w: lengths %d+%d exceed the %d bytes left", errBadRecord, klen, vlen, rest)
+		return 0, 0, span{}, 0, fmt.Errorf("%w: lengths %d+%d exceed the %d bytes left", errBadRecord, klen, vlen, rest)
 	}
-	key := b[pos : pos+int(klen)]
-	pos += int(klen)
-	value := b[pos : pos+int(vlen)]
-	pos += int(vlen)
+	k = pos
+	v.start = k + int(klen)
+	v.end = v.start + int(vlen)
+	pos = v.end
 	want := binary.LittleEndian.Uint32(b[pos:])
 	if got := uint32(xxhash.Sum64(b[:pos])); got != want {
-		return Record{}, 0, fmt.Errorf("%w: checksum %08x, want %08x", errBadRecord, got, want)
+		return 0, 0, span{}, 0, fmt.Errorf("%w: checksum %08x, want %08x", errBadRecord, got, want)
 	}
 	pos += recordTrailer
 	if kind == KindDelete && vlen != 0 {
-		return Record{}, 0, fmt.Errorf("%w: delete with a value", errBadRecord)
+		return 0, 0, span{}, 0, fmt.Errorf("%w: delete with a value", errBadRecord)
 	}
-	if kind == KindRangeDelete && bytes.Compare(key, value) >= 0 {
-		return Record{}, 0, fmt.Errorf("%w: range tombstone with start %q not below end %q", errBadRecord, key, value)
+	if kind == KindRangeDelete && bytes.Compare(b[k:v.start], b[v.start:v.end]) >= 0 {
+		return 0, 0, span{}, 0, fmt.Errorf("%w: range tombstone with start %q not below end %q", errBadRecord, b[k:v.start], b[v.start:v.end])
 	}
-	return Record{Kind: kind, Key: key, Value: value}, pos, nil
+	return kind, k, v, pos, nil
 }
 
 // ForEachRecord decodes every record of one frame payload. frameOff is the
@@ -322,17 +336,43 @@ func readRecord(r io.ReaderAt, buf []byte, path string, off int64, key []byte) (
 		}
 		return Record{}, fmt.Errorf("segment: read %s at %d: %w", path, off, err)
 	}
-	rec, n, err := DecodeRecord(buf)
-	if err != nil {
-		return Record{}, corruption.New(path, off, "%v", err)
+	return CheckRecord(buf, path, off, key)
+}
+
+// CheckRecord decodes and verifies the record that buf holds whole, read
+// from off in the data file at path, and checks that it holds key: what
+// ReadRecord does once the bytes are read, for a caller that copied them
+// itself (from a mapping of the file). The record aliases buf.
+func CheckRecord(buf []byte, path string, off int64, key []byte) (Record, error) {
+	kind, k, v, n, err := decodeRecord(buf)
+	if err != nil || n != len(buf) || string(buf[k:v.start]) != string(key) {
+		return Record{}, recordError(path, off, len(buf), n, err)
 	}
-	if n != length {
-		return Record{}, corruption.New(path, off, "record is %d bytes, index says %d", n, length)
+	return Record{Kind: kind, Key: buf[k:v.start], Value: buf[v.start:v.end]}, nil
+}
+
+// CheckValue is CheckRecord returning the record's kind and value (which
+// aliases buf) alone: the cheapest verified read of a value.
+func CheckValue(buf []byte, path string, off int64, key []byte) (RecordKind, []byte, error) {
+	kind, k, v, n, err := decodeRecord(buf)
+	if err != nil || n != len(buf) || string(buf[k:v.start]) != string(key) {
+		return 0, nil, recordError(path, off, len(buf), n, err)
 	}
-	if !bytes.Equal(rec.Key, key) {
-		return Record{}, corruption.New(path, off, "record holds another key than the index says")
+	return kind, buf[v.start:v.end], nil
+}
+
+// recordError is CheckRecord's corruption error, out of line: building it
+// costs the common path nothing.
+//
+//go:noinline
+func recordError(path string, off int64, length, n int, err error) error {
+	switch {
+	case err != nil:
+		return corruption.New(path, off, "%v", err)
+	case n != length:
+		return corruption.New(path, off, "record is %d bytes, index says %d", n, length)
 	}
-	return rec, nil
+	return corruption.New(path, off, "record holds another key than the index says")
 }
 
 // ReplayResult summarises a replay of a data file.

@@ -154,3 +154,30 @@ func FuzzDecodeRecord(f *testing.F) {
 		}
 	})
 }
+
+// FuzzCheckRecord: CheckRecord and CheckValue accept exactly the buffers
+// that DecodeRecord decodes whole, holding the key asked for, and return
+// what it decodes.
+func FuzzCheckRecord(f *testing.F) {
+	f.Add(AppendRecord(nil, KindPut, []byte("key"), []byte("value")), []byte("key"))
+	f.Add(AppendRecord(nil, KindPut, []byte("key"), []byte("value")), []byte("kez"))
+	f.Add(AppendRecord(nil, KindDelete, []byte("key"), nil), []byte("key"))
+	f.Add(append(AppendRecord(nil, KindPut, []byte("k"), []byte("v")), 0), []byte("k"))
+	f.Fuzz(func(t *testing.T, b, key []byte) {
+		r, n, err := DecodeRecord(b)
+		want := err == nil && n == len(b) && bytes.Equal(r.Key, key)
+		rec, cerr := CheckRecord(b, "p", 7, key)
+		kind, value, verr := CheckValue(b, "p", 7, key)
+		if (cerr == nil) != want || (verr == nil) != want {
+			t.Fatalf("CheckRecord: %v, CheckValue: %v, DecodeRecord: n=%d of %d, %v", cerr, verr, n, len(b), err)
+		}
+		if !want {
+			require.ErrorIs(t, cerr, corruption.ErrCorrupt)
+			require.ErrorIs(t, verr, corruption.ErrCorrupt)
+			return
+		}
+		if rec.Kind != r.Kind || !bytes.Equal(rec.Key, r.Key) || !bytes.Equal(rec.Value, r.Value) || kind != r.Kind || !bytes.Equal(value, r.Value) {
+			t.Fatalf("CheckRecord %+v, CheckValue %v %q, DecodeRecord %+v", rec, kind, value, r)
+		}
+	})
+}

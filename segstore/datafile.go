@@ -108,6 +108,11 @@ func (d *dataFile) reader() *fileMap {
 	if m := d.mapped.Load(); m != nil {
 		return m
 	}
+	return d.mapFile()
+}
+
+// mapFile is reader's slow path: the file is not mapped yet, or cannot be.
+func (d *dataFile) mapFile() *fileMap {
 	if d.s.opts.DisableMmap {
 		return nil
 	}

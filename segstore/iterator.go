@@ -3,6 +3,7 @@ package segstore
 import (
 	"bytes"
 	"fmt"
+	"sync"
 
 	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
@@ -20,23 +21,67 @@ type IterOptions struct {
 // indexes of the sealed segments; the newest version of each key wins and
 // deleted keys are skipped. It is not safe for concurrent use. Close it.
 type Iterator struct {
-	sn     *Snapshot
-	ownsSn bool
-	lower  []byte
-	upper  []byte
-	srcs   []*iterSource
-	h      iterHeap
+	// iterState is what the open iterator reads and moves. Close returns it
+	// to a pool and sets this to nil: nothing a closed iterator answers
+	// (Valid, Key, Err, a second Close, ErrClosed from the rest) reads it.
+	*iterState
 	valid  bool
 	key    []byte // the current key: keyBuf, or nil
 	keyBuf []byte // reused for every key (never nil), so a step does not allocate
-	cur    iterEntry
-	recBuf []byte // reused by AppendValue to read a record into
 	err    error
 	closed bool // Close was called
+	// keySpace is keyBuf's first array: a key the caller still holds after
+	// Close stays as it was (it is the iterator's, not the pool's).
+	keySpace [64]byte
+}
+
+// iterState is an open iterator's sources and buffers. NewIterator takes one
+// from iterStates and Close puts it back, cleared, so that making an
+// iterator allocates little whatever the number of segments.
+type iterState struct {
+	sn     *Snapshot
+	ownsSn bool
+	// ownSn is the snapshot Store.NewIterator takes for the iterator (sn
+	// points at it then), reused with the state.
+	ownSn  Snapshot
+	lower  []byte
+	upper  []byte
+	srcs   []iterSource // newest first: srcs[i].prio == i
+	h      iterHeap
+	cur    iterEntry
+	recBuf []byte // reused by AppendValue to read a record into
 	// rangesUpTo is one past the oldest source with range tombstones: only
 	// sources below it can delete an older source's key.
 	rangesUpTo int
+	// liveCursor is the live file's cursor (a second live file, one being
+	// sealed, gets one of its own); heapSpace is the heap's array when the
+	// sources fit in it.
+	liveCursor liveCursor
+	heapSpace  [8]*iterSource
 }
+
+var iterStates = sync.Pool{New: func() any { return new(iterState) }}
+
+// release clears st, so that the pool holds no file, index or key
+// directory alive, and puts it back.
+func (st *iterState) release() {
+	clear(st.srcs) // the slots past len are zero already
+	st.srcs = st.srcs[:0]
+	if cap(st.srcs) > maxPooledSources {
+		st.srcs = nil
+	}
+	clear(st.heapSpace[:])
+	st.h = iterHeap{}
+	st.sn, st.ownsSn, st.lower, st.upper = nil, false, nil, nil
+	st.ownSn.reset()
+	st.cur, st.rangesUpTo = iterEntry{}, 0
+	st.recBuf = st.recBuf[:0]
+	st.liveCursor = liveCursor{}
+	iterStates.Put(st)
+}
+
+// maxPooledSources bounds the sources array a pooled state keeps.
+const maxPooledSources = 64
 
 type iterEntry struct {
 	df     *dataFile
@@ -64,7 +109,8 @@ type iterSource struct {
 	df     *dataFile
 	cur    cursor
 	k      []byte
-	ranges spanSet // the source's range tombstones
+	ranges spanSet     // the source's range tombstones
+	ixCur  indexCursor // a sealed segment's cursor (cur points at it)
 }
 
 // move records the outcome of a cursor move.
@@ -89,9 +135,12 @@ type spanSet interface {
 
 // indexCursor walks a sealed segment's index. It reads the entry at each
 // position it moves to, so that a damaged index block (one the index could
-// not heal) stops the cursor with an error instead of a wrong key.
+// not heal) stops the cursor with an error instead of a wrong key; its
+// index.Reader keeps the block of the last read, so that a step within a
+// block does not locate the block again.
 type indexCursor struct {
-	ix  *index.Index
+	r   index.Reader
+	n   int // the index's length
 	pos int
 	cur index.Entry
 	e   error
@@ -99,32 +148,32 @@ type indexCursor struct {
 
 // load reads the entry at pos, if pos is a position of the index.
 func (c *indexCursor) load() bool {
-	if c.e != nil || c.pos < 0 || c.pos >= c.ix.Len() {
+	if c.e != nil || c.pos < 0 || c.pos >= c.n {
 		return false
 	}
-	c.cur, c.e = c.ix.At(c.pos)
+	c.cur, c.e = c.r.At(c.pos)
 	return c.e == nil
 }
 
 func (c *indexCursor) seekGE(key []byte) bool {
 	c.pos = 0
 	if key != nil {
-		c.pos, c.e = c.ix.Search(key)
+		c.pos, c.e = c.r.Index().Search(key)
 	}
 	return c.load()
 }
 
 func (c *indexCursor) seekLT(key []byte) bool {
-	c.pos = c.ix.Len()
+	c.pos = c.n
 	if key != nil {
-		c.pos, c.e = c.ix.Search(key)
+		c.pos, c.e = c.r.Index().Search(key)
 	}
 	c.pos--
 	return c.load()
 }
 
 func (c *indexCursor) next() bool {
-	if c.pos < c.ix.Len() {
+	if c.pos < c.n {
 		c.pos++
 	}
 	return c.load()
@@ -203,13 +252,13 @@ func (h *iterHeap) popTop() {
 
 // NewIterator returns an iterator over a snapshot of the store taken now.
 func (s *Store) NewIterator(opts *IterOptions) (*Iterator, error) {
-	sn, err := s.NewSnapshot()
-	if err != nil {
+	st := iterStates.Get().(*iterState)
+	if err := s.snapshotInto(&st.ownSn); err != nil {
+		iterStates.Put(st) // untouched
 		return nil, err
 	}
-	it := sn.newIterator(opts)
-	it.ownsSn = true
-	return it, nil
+	st.sn, st.ownsSn = &st.ownSn, true
+	return newIterator(st, opts), nil
 }
 
 // NewIterator returns an iterator over the snapshot.
@@ -217,44 +266,92 @@ func (sn *Snapshot) NewIterator(opts *IterOptions) (*Iterator, error) {
 	if sn.closed.Load() || sn.s.closed.Load() {
 		return nil, ErrClosed
 	}
-	return sn.newIterator(opts), nil
+	st := iterStates.Get().(*iterState)
+	st.sn = sn
+	return newIterator(st, opts), nil
 }
 
-func (sn *Snapshot) newIterator(opts *IterOptions) *Iterator {
-	it := &Iterator{sn: sn, keyBuf: make([]byte, 0, 64)}
+// newIterator returns an iterator reading st, whose sn is set.
+func newIterator(st *iterState, opts *IterOptions) *Iterator {
+	it := &Iterator{iterState: st}
+	it.keyBuf = it.keySpace[:0]
+	st.init(opts)
+	return it
+}
+
+// init sets up the state's sources over its snapshot.
+func (st *iterState) init(opts *IterOptions) {
+	sn := st.sn
 	if opts != nil {
-		it.lower, it.upper = opts.LowerBound, opts.UpperBound
+		st.lower, st.upper = opts.LowerBound, opts.UpperBound
 		if opts.Prefix != nil {
-			if it.lower == nil || bytes.Compare(opts.Prefix, it.lower) > 0 {
-				it.lower = opts.Prefix
+			if st.lower == nil || bytes.Compare(opts.Prefix, st.lower) > 0 {
+				st.lower = opts.Prefix
 			}
-			if succ := prefixSuccessor(opts.Prefix); succ != nil && (it.upper == nil || bytes.Compare(succ, it.upper) < 0) {
-				it.upper = succ
+			if succ := prefixSuccessor(opts.Prefix); succ != nil && (st.upper == nil || bytes.Compare(succ, st.upper) < 0) {
+				st.upper = succ
 			}
 		}
 	}
 	// The sources are the snapshot's frozen directories and indexes as they
-	// are: creating an iterator copies and sorts nothing.
-	prio := 0
+	// are: creating an iterator copies and sorts nothing. A source with no
+	// keys and no range tombstones (an empty live file) can change no
+	// answer and is left out. Each source is set up in place, in a zero
+	// slot of one array (sized for every segment: one with no keys is
+	// rare).
+	n := len(sn.segs)
 	for _, v := range sn.tails {
-		it.srcs = append(it.srcs, &iterSource{prio: prio, df: v.t.df, cur: newLiveCursor(v.keys), ranges: v.ranges})
-		prio++
+		if v.keys.len() > 0 || v.ranges.Len() > 0 {
+			n++
+		}
+	}
+	if cap(st.srcs) < n {
+		st.srcs = make([]iterSource, 0, n)
+	}
+	for _, v := range sn.tails {
+		if v.keys.len() == 0 && v.ranges.Len() == 0 {
+			continue
+		}
+		n := len(st.srcs)
+		st.srcs = st.srcs[:n+1]
+		src := &st.srcs[n]
+		src.prio, src.df, src.ranges = n, v.t.df, v.ranges
+		lc := &st.liveCursor
+		if n > 0 {
+			lc = new(liveCursor) // a second live file: one being sealed
+		}
+		lc.init(v.keys)
+		src.cur = lc
 	}
 	for _, sg := range sn.segs {
 		ix := sg.index()
-		it.srcs = append(it.srcs, &iterSource{prio: prio, df: sg.df, cur: &indexCursor{ix: ix}, ranges: ix.Ranges()})
-		prio++
+		if ix.Len() == 0 && ix.Ranges().Len() == 0 {
+			continue
+		}
+		n := len(st.srcs)
+		st.srcs = st.srcs[:n+1]
+		src := &st.srcs[n]
+		src.prio, src.df, src.ranges = n, sg.df, ix.Ranges()
+		src.ixCur.r, src.ixCur.n = ix.NewReader(), ix.Len()
+		src.cur = &src.ixCur
 	}
-	for _, src := range it.srcs {
-		if src.ranges.Len() > 0 {
-			it.rangesUpTo = src.prio + 1
+	for i := range st.srcs {
+		if st.srcs[i].ranges.Len() > 0 {
+			st.rangesUpTo = i + 1
 		}
 	}
-	return it
+	if len(st.srcs) <= len(st.heapSpace) {
+		st.h.srcs = st.heapSpace[:0]
+	} else {
+		st.h.srcs = make([]*iterSource, 0, len(st.srcs))
+	}
 }
 
 // First positions the iterator at the first key within the bounds.
 func (it *Iterator) First() bool {
+	if !it.usable() {
+		return false
+	}
 	if it.lower != nil {
 		return it.Seek(it.lower)
 	}
@@ -263,6 +360,9 @@ func (it *Iterator) First() bool {
 
 // Last positions the iterator at the last key within the bounds.
 func (it *Iterator) Last() bool {
+	if !it.usable() {
+		return false
+	}
 	return it.seekBefore(it.upper)
 }
 
@@ -276,7 +376,8 @@ func (it *Iterator) Seek(key []byte) bool {
 		key = it.lower
 	}
 	it.h = iterHeap{srcs: it.h.srcs[:0]}
-	for _, src := range it.srcs {
+	for i := range it.srcs {
+		src := &it.srcs[i]
 		if src.move(src.cur.seekGE(key)) {
 			it.h.srcs = append(it.h.srcs, src)
 		} else if err := src.cur.err(); err != nil {
@@ -290,6 +391,9 @@ func (it *Iterator) Seek(key []byte) bool {
 // SeekLT positions the iterator at the last key < key within the bounds.
 // A nil key means no limit other than the upper bound: SeekLT(nil) is Last.
 func (it *Iterator) SeekLT(key []byte) bool {
+	if !it.usable() {
+		return false
+	}
 	if key == nil || (it.upper != nil && bytes.Compare(key, it.upper) > 0) {
 		key = it.upper
 	}
@@ -303,7 +407,8 @@ func (it *Iterator) seekBefore(key []byte) bool {
 		return false
 	}
 	it.h = iterHeap{srcs: it.h.srcs[:0], reverse: true}
-	for _, src := range it.srcs {
+	for i := range it.srcs {
+		src := &it.srcs[i]
 		if src.move(src.cur.seekLT(key)) {
 			it.h.srcs = append(it.h.srcs, src)
 		} else if err := src.cur.err(); err != nil {
@@ -399,8 +504,8 @@ func (it *Iterator) fail(err error) bool {
 // prio deletes key. (A source's own range tombstones never delete its own
 // keys: those are newer, or were removed when the tombstone was applied.)
 func (it *Iterator) rangeDeleted(key []byte, prio int) bool {
-	for _, src := range it.srcs[:min(prio, it.rangesUpTo)] {
-		if src.ranges.Covers(key) {
+	for i := range min(prio, it.rangesUpTo) {
+		if it.srcs[i].ranges.Covers(key) {
 			return true
 		}
 	}
@@ -417,13 +522,13 @@ func (it *Iterator) Key() []byte { return it.key }
 // Value reads the current key's value: a copy the caller owns.
 func (it *Iterator) Value() ([]byte, error) {
 	// A buffer of the value's own, returned as it is: one allocation.
-	rec, _, err := it.readCurrent(nil)
+	v, _, err := it.readCurrent(nil)
 	if err != nil {
 		return nil, err
 	}
 	// The capacity is cut so that an append by the caller cannot scribble
 	// over the checksum behind the value.
-	return rec.Value[:len(rec.Value):len(rec.Value)], nil
+	return v[:len(v):len(v)], nil
 }
 
 // maxIterRecBuf bounds the record buffer an iterator keeps between reads, so
@@ -434,36 +539,40 @@ const maxIterRecBuf = 64 << 10
 // Value but without allocating when dst has room: a scan that reuses one
 // buffer for its values reads them with no allocation per key.
 func (it *Iterator) AppendValue(dst []byte) ([]byte, error) {
-	rec, buf, err := it.readCurrent(it.recBuf)
+	if !it.usable() {
+		return dst, ErrClosed
+	}
+	v, buf, err := it.readCurrent(it.recBuf)
 	if cap(buf) <= maxIterRecBuf {
 		it.recBuf = buf
 	}
 	if err != nil {
 		return dst, err
 	}
-	return append(dst, rec.Value...), nil
+	return append(dst, v...), nil
 }
 
 // readCurrent reads and verifies the current key's record into buf (grown
-// if needed) under the snapshot's read lock, and records a failure in Err.
-func (it *Iterator) readCurrent(buf []byte) (segment.Record, []byte, error) {
+// if needed) under the snapshot's read lock, and returns its value, which
+// aliases the returned buffer; it records a failure in Err.
+func (it *Iterator) readCurrent(buf []byte) (value, _ []byte, err error) {
 	if !it.usable() {
-		return segment.Record{}, buf, ErrClosed
+		return nil, buf, ErrClosed
 	}
 	if !it.valid {
-		return segment.Record{}, buf, ErrNotFound
+		return nil, buf, ErrNotFound
 	}
 	it.sn.readMu.RLock()
 	defer it.sn.readMu.RUnlock()
 	if it.sn.closed.Load() || it.sn.s.closed.Load() {
 		it.err = ErrClosed
-		return segment.Record{}, buf, ErrClosed
+		return nil, buf, ErrClosed
 	}
-	rec, buf, err := it.sn.s.readRecord(it.cur.df, buf, it.cur.off, it.cur.length, it.cur.kind, it.key)
+	value, buf, err = it.sn.s.readRecord(it.cur.df, buf, it.cur.off, it.cur.length, it.cur.kind, it.key)
 	if err != nil {
 		it.err = err
 	}
-	return rec, buf, err
+	return value, buf, err
 }
 
 // usable reports whether the iterator may move: not once it, its snapshot
@@ -490,10 +599,14 @@ func (it *Iterator) Close() error {
 	}
 	it.closed = true
 	it.valid = false
-	if it.ownsSn {
-		return it.sn.Close()
+	st := it.iterState
+	it.iterState = nil
+	var err error
+	if st.ownsSn {
+		err = st.sn.Close()
 	}
-	return nil
+	st.release()
+	return err
 }
 
 // prefixSuccessor returns the smallest key greater than every key with the

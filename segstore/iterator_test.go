@@ -2,6 +2,8 @@ package segstore
 
 import (
 	"bytes"
+	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -143,4 +145,120 @@ func TestIteratorReverseScan(t *testing.T) {
 	require.Greater(t, len(fwd), 2000)
 	slices.Reverse(back)
 	require.Equal(t, fwd, back)
+}
+
+// TestIteratorSources: an iterator over many segments (more than the
+// heap's room in the iterator), an empty live file, and a live file that
+// holds only a range tombstone, forward and backward, from the store and
+// from a snapshot taken before the tombstone; a source with no keys and no
+// range tombstones is left out, one with range tombstones is not.
+func TestIteratorSources(t *testing.T) {
+	s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+	defer checkAndClose(t, s)
+	m := model{}
+	for seg := range 12 {
+		for i := range 20 {
+			k := fmt.Sprintf("k%03d", (i*37+seg*11)%200)
+			v := fmt.Sprintf("v%d", seg)
+			require.NoError(t, s.Put([]byte(k), []byte(v)))
+			m[k] = v
+		}
+		require.NoError(t, s.Seal())
+	}
+	check := func(name string, it *Iterator, m model) {
+		t.Helper()
+		want := slices.Sorted(maps.Keys(m))
+		var fwd, back []string
+		for ok := it.First(); ok; ok = it.Next() {
+			v, err := it.Value()
+			require.NoError(t, err)
+			require.Equal(t, m[string(it.Key())], string(v), "%s: %q", name, it.Key())
+			fwd = append(fwd, string(it.Key()))
+		}
+		for ok := it.Last(); ok; ok = it.Prev() {
+			back = append(back, string(it.Key()))
+		}
+		require.NoError(t, it.Err())
+		slices.Reverse(back)
+		require.Equal(t, want, fwd, name)
+		require.Equal(t, want, back, name)
+		require.NoError(t, it.Close())
+	}
+	it, err := s.NewIterator(nil)
+	require.NoError(t, err)
+	require.Len(t, it.srcs, 12, "the empty live file is left out")
+	check("sealed", it, m)
+
+	sn, err := s.NewSnapshot()
+	require.NoError(t, err)
+	defer sn.Close()
+	before := m.clone()
+	require.NoError(t, s.DeleteRange([]byte("k050"), []byte("k150")))
+	m.deleteRange("k050", "k150")
+	it, err = s.NewIterator(nil)
+	require.NoError(t, err)
+	require.Len(t, it.srcs, 13, "a live file with only a range tombstone is a source")
+	check("range tombstone alone in the live file", it, m)
+	it, err = sn.NewIterator(nil)
+	require.NoError(t, err)
+	check("snapshot before it", it, before)
+}
+
+// TestIteratorAfterClose: every method of a closed iterator answers as
+// closed (its state went back to a pool and may serve another iterator),
+// and the key it returned last stays what it was while other iterators
+// reuse that state.
+func TestIteratorAfterClose(t *testing.T) {
+	s := mustOpen(t, "/db", &Options{FS: vfs.NewMem(), Merge: MergeOptions{Disable: true}})
+	defer checkAndClose(t, s)
+	for i := range 50 {
+		require.NoError(t, s.Put(fmt.Appendf(nil, "k%02d", i), []byte("v")))
+		if i == 20 {
+			require.NoError(t, s.Seal())
+		}
+	}
+	sn, err := s.NewSnapshot()
+	require.NoError(t, err)
+	defer sn.Close()
+	for _, fromSnapshot := range []bool{false, true} {
+		var it *Iterator
+		if fromSnapshot {
+			it, err = sn.NewIterator(nil)
+		} else {
+			it, err = s.NewIterator(nil)
+		}
+		require.NoError(t, err)
+		require.True(t, it.Seek([]byte("k30")))
+		key := it.Key()
+		require.Equal(t, "k30", string(key))
+		require.NoError(t, it.Close())
+
+		for range 20 { // the closed iterator's state serves these
+			other, err := s.NewIterator(nil)
+			require.NoError(t, err)
+			for ok := other.Last(); ok; ok = other.Prev() {
+				_, err := other.AppendValue(nil)
+				require.NoError(t, err)
+			}
+			require.NoError(t, other.Close())
+		}
+		require.Equal(t, "k30", string(key), "a key held across Close")
+		require.Equal(t, "k30", string(it.Key()))
+
+		require.False(t, it.Valid())
+		require.False(t, it.First())
+		require.False(t, it.Last())
+		require.False(t, it.Seek([]byte("k10")))
+		require.False(t, it.SeekLT([]byte("k10")))
+		require.False(t, it.Next())
+		require.False(t, it.Prev())
+		_, err = it.Value()
+		require.ErrorIs(t, err, ErrClosed)
+		v, err := it.AppendValue([]byte("x"))
+		require.ErrorIs(t, err, ErrClosed)
+		require.Equal(t, "x", string(v))
+		require.ErrorIs(t, it.Err(), ErrClosed)
+		require.ErrorIs(t, it.Close(), ErrClosed)
+	}
+	require.Equal(t, int64(1), s.Metrics().OpenSnapshots, "only the snapshot")
 }

@@ -118,43 +118,50 @@ func (x liveIndex) indexEntries() []index.Entry {
 	return entries
 }
 
-// liveCursor walks a frozen liveIndex (a copy) in key order.
+// liveCursor walks a frozen liveIndex (a copy) in key order. It keeps a
+// copy of the entry it is at: the iterator reads its key and location
+// several times per step.
 type liveCursor struct {
 	it btree.IterG[liveEntry]
 	ok bool
+	e  liveEntry // the current entry, when ok
 }
 
-func newLiveCursor(x liveIndex) *liveCursor {
-	return &liveCursor{it: x.tr.Iter()}
+// init makes c, a zero liveCursor, a cursor over x.
+func (c *liveCursor) init(x liveIndex) { c.it = x.tr.Iter() }
+
+// at records the outcome of a move of the tree's iterator.
+func (c *liveCursor) at(ok bool) bool {
+	c.ok = ok
+	if ok {
+		c.e = c.it.Item()
+	}
+	return ok
 }
 
 // seekGE moves to the first key >= key (nil: the first key).
 func (c *liveCursor) seekGE(key []byte) bool {
 	if key == nil {
-		c.ok = c.it.First()
-	} else {
-		c.ok = c.it.Seek(probe(key))
+		return c.at(c.it.First())
 	}
-	return c.ok
+	return c.at(c.it.Seek(probe(key)))
 }
 
 // seekLT moves to the last key < key (nil: the last key).
 func (c *liveCursor) seekLT(key []byte) bool {
 	if key != nil && c.it.Seek(probe(key)) {
-		c.ok = c.it.Prev()
-	} else {
-		c.ok = c.it.Last()
+		return c.at(c.it.Prev())
 	}
-	return c.ok
+	return c.at(c.it.Last())
 }
 
-func (c *liveCursor) next() bool { c.ok = c.ok && c.it.Next(); return c.ok }
-func (c *liveCursor) prev() bool { c.ok = c.ok && c.it.Prev(); return c.ok }
+func (c *liveCursor) next() bool { return c.at(c.ok && c.it.Next()) }
+func (c *liveCursor) prev() bool { return c.at(c.ok && c.it.Prev()) }
 
 // key returns the current key. It aliases the tree's string, which is never
 // modified: the caller must not write to it.
 func (c *liveCursor) key() []byte {
-	k := c.it.Item().key
+	k := c.e.key
 	if len(k) == 0 {
 		// Never nil: the iterator passes its current key to seekLT, where
 		// nil means "no limit", and the empty key is a key.
@@ -167,8 +174,7 @@ func (c *liveCursor) key() []byte {
 func (c *liveCursor) err() error { return nil }
 
 func (c *liveCursor) entry() (int64, uint32, segment.RecordKind) {
-	e := c.it.Item()
-	return e.off, e.length, e.kind
+	return c.e.off, c.e.length, c.e.kind
 }
 
 // borrowString views b as a string without copying, for a lookup that does

@@ -2,7 +2,6 @@ package segstore
 
 import (
 	"fmt"
-	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -40,18 +39,34 @@ type Snapshot struct {
 	// on are dropped: a sealed file's mapping goes with its last pin, and
 	// a read still copying from it would fault.
 	readMu sync.RWMutex
+	// tailSpace holds tails, allocated with the snapshot.
+	tailSpace [2]tailView
 }
 
 // NewSnapshot returns a snapshot of the store's current state. Close it.
 func (s *Store) NewSnapshot() (*Snapshot, error) {
+	sn := new(Snapshot)
+	if err := s.snapshotInto(sn); err != nil {
+		return nil, err
+	}
+	return sn, nil
+}
+
+// snapshotInto makes sn, a zero or reset Snapshot, a snapshot of the store's current
+// state.
+func (s *Store) snapshotInto(sn *Snapshot) error {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	// Under mu: Close releases the store's pins only under the exclusive
 	// lock, after setting closed.
 	if s.closed.Load() {
-		return nil, ErrClosed
+		return ErrClosed
 	}
-	sn := &Snapshot{s: s, segs: slices.Clone(s.mu.segs), seq: s.mu.segsSeq}
+	// The store's segment list is replaced whole, never written in place,
+	// so the snapshot shares it (capped: an append copies).
+	sn.s, sn.segs, sn.seq = s, s.mu.segs[:len(s.mu.segs):len(s.mu.segs)], s.mu.segsSeq
+	sn.closed.Store(false) // a reused one was closed
+	sn.tails = sn.tailSpace[:0]
 	// Under mu no seal can switch live files, so the live file and the
 	// frozen one are copied as one consistent pair: a group is published
 	// into one of them whole, before or after its copy.
@@ -65,7 +80,15 @@ func (s *Store) NewSnapshot() (*Snapshot, error) {
 		sg.df.pin()
 	}
 	s.snapshots.Add(1)
-	return sn, nil
+	return nil
+}
+
+// reset makes a closed snapshot zero again, but for its locks (unlocked)
+// and closed (set again by snapshotInto), so that an iterator's state can
+// reuse it without holding what it pinned.
+func (sn *Snapshot) reset() {
+	sn.s, sn.tails, sn.segs, sn.pinnedFrozen, sn.seq = nil, nil, nil, nil, 0
+	clear(sn.tailSpace[:])
 }
 
 // tailView is a live file as a snapshot sees it: its data file and a

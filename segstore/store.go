@@ -152,8 +152,11 @@ type Store struct {
 	mu struct {
 		sync.RWMutex
 		tail   *tail
-		frozen *tail     // a live file being sealed: still readable, no longer written
-		segs   []*sealed // sealed segments, newest (highest Order) first
+		frozen *tail // a live file being sealed: still readable, no longer written
+		// segs is the sealed segments, newest (highest Order) first. Once
+		// the store is open it is replaced whole, never written in place:
+		// snapshots share it.
+		segs []*sealed
 		// segsSeq is the ManifestSeq of the commit whose state segs is:
 		// set with segs, under the exclusive lock, so a snapshot reads the
 		// two as one pair (the manifest's own Seq runs ahead of segs
@@ -799,7 +802,7 @@ func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 // readValue reads and verifies the record at off in data file d and returns
 // its value, which the caller owns. The caller keeps d pinned (or holds mu).
 func (s *Store) readValue(d *dataFile, off int64, length uint32, kind segment.RecordKind, key []byte) ([]byte, error) {
-	rec, _, err := s.readRecord(d, nil, off, length, kind, key)
+	v, _, err := s.readRecord(d, nil, off, length, kind, key)
 	if err != nil {
 		return nil, err
 	}
@@ -807,33 +810,51 @@ func (s *Store) readValue(d *dataFile, off int64, length uint32, kind segment.Re
 	// readRecord read into a buffer of its own, so the value can be handed
 	// to the caller without a second copy. The capacity is cut so that an
 	// append by the caller cannot scribble over the checksum behind it.
-	return rec.Value[:len(rec.Value):len(rec.Value)], nil
+	return v[:len(v):len(v)], nil
 }
 
 // readRecord reads the record at off in data file d into buf (grown if it is
 // too small: nil allocates one for this record alone), verifies its checksum
-// and that it holds key with the kind the index gave, and returns it with
-// the buffer it aliases. The caller keeps d pinned (or holds mu).
-func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, kind segment.RecordKind, key []byte) (segment.Record, []byte, error) {
-	var r io.ReaderAt
-	if m := d.reader(); m != nil && off+int64(length) <= int64(len(m.data)) {
-		r = m
-	} else {
-		h, err := s.files.acquire(d.id, d.path)
-		if err != nil {
-			return segment.Record{}, buf, err
+// and that it holds key with the kind the index gave, and returns its value
+// with the buffer it aliases. The caller keeps d pinned (or holds mu).
+func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, kind segment.RecordKind, key []byte) (value, _ []byte, err error) {
+	var got segment.RecordKind
+	if m := d.reader(); m != nil && off >= 0 && off+int64(length) <= int64(len(m.data)) {
+		// Copied out of the mapping, then verified: the bytes returned are
+		// the bytes checked.
+		if cap(buf) < int(length) {
+			buf = make([]byte, length)
 		}
-		defer s.files.release(h)
-		r = h.f
+		buf = buf[:length]
+		copy(buf, m.data[off:])
+		got, value, err = segment.CheckValue(buf, d.path, off, key)
+	} else {
+		got, value, buf, err = s.readRecordFile(d, buf, off, length, key)
 	}
-	rec, buf, err := segment.ReadRecordInto(r, buf, d.path, off, int(length), key)
 	if err != nil {
-		return segment.Record{}, buf, err
+		return nil, buf, err
 	}
-	if rec.Kind != kind {
-		return segment.Record{}, buf, fmt.Errorf("%w: %s at %d: record is a %v, index says %v", ErrCorrupt, d.path, off, rec.Kind, kind)
+	if got != kind {
+		return nil, buf, kindError(d.path, off, got, kind)
 	}
-	return rec, buf, nil
+	return value, buf, nil
+}
+
+// readRecordFile is readRecord through the file cache, for a file that is
+// not mapped.
+func (s *Store) readRecordFile(d *dataFile, buf []byte, off int64, length uint32, key []byte) (segment.RecordKind, []byte, []byte, error) {
+	h, err := s.files.acquire(d.id, d.path)
+	if err != nil {
+		return 0, nil, buf, err
+	}
+	defer s.files.release(h)
+	rec, buf, err := segment.ReadRecordInto(h.f, buf, d.path, off, int(length), key)
+	return rec.Kind, rec.Value, buf, err
+}
+
+// kindError reports a record whose kind is not the one the index gave.
+func kindError(path string, off int64, got, want segment.RecordKind) error {
+	return fmt.Errorf("%w: %s at %d: record is a %v, index says %v", ErrCorrupt, path, off, got, want)
 }
 
 // Sync makes every write acknowledged so far durable.
