@@ -80,12 +80,28 @@ type garbageSample struct {
 	dead   bool
 }
 
-// bytes returns the estimated garbage bytes of the segment's data file.
-func (g *segGarbage) bytes(dataLength int64) int64 {
-	if g == nil || g.total == 0 {
+// bytes returns the estimated garbage bytes of segment sg's data file: the
+// records its own later records superseded or deleted (a live file keeps
+// every version it was given; its index names the newest), counted from
+// the manifest's record and key counts less the range tombstones a rewrite
+// keeps, plus the sampled fraction of the records its index names that
+// other segments make dead. A rewrite leaves exactly its keys and its
+// merged range tombstones, so a rewritten segment counts nothing inside.
+func (g *segGarbage) bytes(sg *sealed) int64 {
+	if g == nil {
 		return 0
 	}
-	return int64(float64(dataLength) * float64(g.dead) / float64(g.total))
+	m := &sg.meta
+	kept := m.Keys + uint64(sg.index().Ranges().Len())
+	var inside float64 // fraction of the records superseded within the file
+	if m.Records > kept {
+		inside = float64(m.Records-kept) / float64(m.Records)
+	}
+	var outside float64
+	if g.total > 0 {
+		outside = float64(g.dead) / float64(g.total)
+	}
+	return int64(float64(m.DataLength) * (inside + (1-inside)*outside))
 }
 
 func (g *segGarbage) clone() *segGarbage {
@@ -175,7 +191,7 @@ func (s *Store) refreshGarbage(newestFirst []*sealed, listSeq uint64) garbageByt
 			}
 			continue
 		}
-		if b := g.bytes(sg.meta.DataLength); b > 0 {
+		if b := g.bytes(sg); b > 0 {
 			out[sg] = b
 		}
 	}
