@@ -977,7 +977,7 @@ func (ix *Index) Scrub() error {
 // the same entries at the same positions, which a deterministic encoding
 // of the same data file gives; it is checked by its top block checksum.
 func (ix *Index) heal(cause error) (*Index, error) {
-	h, err, ran := ix.healLocked(cause)
+	h, ran, err := ix.healLocked(cause)
 	if ran.took >= 0 && ix.repaired != nil {
 		ix.repaired(cause, ran.err, ran.took)
 	}
@@ -992,19 +992,19 @@ type repairRun struct {
 }
 
 // healLocked is heal under healMu.
-func (ix *Index) healLocked(cause error) (_ *Index, _ error, ran repairRun) {
+func (ix *Index) healLocked(cause error) (_ *Index, ran repairRun, _ error) {
 	ran.took = -1
 	ix.healMu.Lock()
 	defer ix.healMu.Unlock()
 	if h := ix.healed.Load(); h != nil {
-		return h, nil, ran
+		return h, ran, nil
 	}
 	if ix.healErr != nil {
-		return nil, ix.healErr, ran
+		return nil, ran, ix.healErr
 	}
 	if ix.repair == nil {
 		ix.healErr = cause
-		return nil, cause, ran
+		return nil, ran, cause
 	}
 	start := time.Now()
 	h, err := ix.repair(cause)
@@ -1021,10 +1021,10 @@ func (ix *Index) healLocked(cause error) (_ *Index, _ error, ran repairRun) {
 		}
 		// Anything else (an I/O error reading the data file) may pass:
 		// the next read that needs the damaged part tries again.
-		return nil, wrapped, ran
+		return nil, ran, wrapped
 	}
 	ix.healed.Store(h)
-	return h, nil, ran
+	return h, ran, nil
 }
 
 // block is a view of one verified key block.

@@ -312,17 +312,6 @@ func bgScan(it *Iterator) (model, error) {
 	return got, it.Err()
 }
 
-// bgPrefixed returns the part of m under prefix.
-func bgPrefixed(m model, prefix string) model {
-	out := model{}
-	for k, v := range m {
-		if strings.HasPrefix(k, prefix) {
-			out[k] = v
-		}
-	}
-	return out
-}
-
 // bgModelDiff describes the first difference of got from want.
 func bgModelDiff(got, want model) error {
 	for k, v := range want {
