@@ -201,6 +201,15 @@ func (w *digestWriter) write(b []byte) error {
 	return nil
 }
 
+// startWriteback asks the file system to start writing [off, off+n) to
+// the device, where it can (vfs.WritebackStarter): a hint, so a failure is
+// ignored.
+func (w *digestWriter) startWriteback(off, n int64) {
+	if ws, ok := w.f.(vfs.WritebackStarter); ok {
+		_ = ws.StartWriteback(off, n)
+	}
+}
+
 // finish makes the file durable and closes it. The directory entry is the
 // caller's: one directory sync can cover several new files.
 func (w *digestWriter) finish() (length int64, digest uint64, err error) {

@@ -514,9 +514,14 @@ func (w *mergeWriter) flush() error {
 		return nil
 	}
 	w.frame = wal.AppendFrame(w.frame[:0], w.payload, 0)
+	off := w.out.off
 	if err := w.out.write(w.frame); err != nil {
 		return err
 	}
+	// Each frame goes to the device as it is written, not all at once at
+	// the output's fdatasync: a durable write's barrier on the same disk
+	// then waits behind at most a frame or two of merge output.
+	w.out.startWriteback(off, int64(len(w.frame)))
 	w.written += int64(len(w.frame))
 	w.payload = w.payload[:0]
 	if bps := w.s.mergeOpts.BytesPerSecond; bps > 0 {

@@ -336,6 +336,14 @@ type syncTimedFile struct {
 	h *histogram
 }
 
+// StartWriteback passes the hint on to the file, if it takes it.
+func (f syncTimedFile) StartWriteback(off, n int64) error {
+	if ws, ok := f.File.(vfs.WritebackStarter); ok {
+		return ws.StartWriteback(off, n)
+	}
+	return nil
+}
+
 func (f syncTimedFile) Sync() error {
 	start := time.Now()
 	err := f.File.Sync()

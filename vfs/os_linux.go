@@ -14,6 +14,15 @@ func dataSync(f *os.File) error {
 	return control(f, func(fd uintptr) error { return unix.Fdatasync(int(fd)) })
 }
 
+// StartWriteback starts writeback of [off, off+n) with sync_file_range
+// (SYNC_FILE_RANGE_WRITE): it queues the dirty pages of the range for the
+// device and returns without waiting (see WritebackStarter).
+func (f *osFile) StartWriteback(off, n int64) error {
+	return control(f.f, func(fd uintptr) error {
+		return unix.SyncFileRange(int(fd), off, n, unix.SYNC_FILE_RANGE_WRITE)
+	})
+}
+
 // dirSync is fsync of the directory: Linux has no cheaper barrier for
 // directory entries.
 func dirSync(d *os.File) error { return fsync(d) }

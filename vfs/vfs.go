@@ -113,6 +113,19 @@ type SharedMapper interface {
 	MapShared(size int64) (data []byte, unmap func() error, err error)
 }
 
+// WritebackStarter is implemented by files that can ask the operating
+// system to start writing a range of dirty pages to the device without
+// waiting for it (Linux: sync_file_range with SYNC_FILE_RANGE_WRITE). It is
+// a pacing hint, never a barrier: it makes nothing durable and its failure
+// loses nothing. A writer streaming a large file (a merge's output) asks
+// for each range it has written, so that the pages do not pile up in the
+// page cache and reach the disk in one burst, at its closing fdatasync or
+// when the kernel's dirty limits force it, that a small durable write's
+// barrier on the same disk would wait behind.
+type WritebackStarter interface {
+	StartWriteback(off, n int64) error
+}
+
 // NewWriter returns an io.Writer that writes f front to back from off: a
 // File has only WriterAt, and streams (bufio, encoders) want a Writer.
 func NewWriter(f File, off int64) io.Writer { return &fileWriter{f: f, off: off} }
