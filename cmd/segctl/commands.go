@@ -232,6 +232,7 @@ func runInfo(_ context.Context, e *env, args []string) error {
 			{"manifest seq", strconv.FormatUint(s.ManifestSeq(), 10)},
 			{"sealed segments", strconv.Itoa(m.Segments)},
 			{"sealed bytes", strconv.FormatInt(m.SegmentBytes, 10)},
+			{"garbage bytes (estimated)", strconv.FormatInt(m.GarbageBytes, 10)},
 			{"live file bytes", strconv.FormatInt(m.LiveBytes, 10)},
 			{"index rebuilds", strconv.FormatInt(m.IndexRebuilds, 10)},
 		}...)
@@ -564,6 +565,8 @@ func runCompact(ctx context.Context, e *env, args []string) error {
 		{"segments after", strconv.Itoa(after.Segments)},
 		{"sealed bytes before", strconv.FormatInt(before.SegmentBytes, 10)},
 		{"sealed bytes after", strconv.FormatInt(after.SegmentBytes, 10)},
+		{"garbage bytes before (estimated)", strconv.FormatInt(before.GarbageBytes, 10)},
+		{"garbage bytes after (estimated)", strconv.FormatInt(after.GarbageBytes, 10)},
 		{"merge steps", strconv.FormatInt(after.Merges-before.Merges, 10)},
 	} {
 		if err := p.Print(r); err != nil {
