@@ -7,6 +7,7 @@ import (
 	"io"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/cespare/xxhash/v2"
 	"github.com/segkv/segkv/segstore"
@@ -175,11 +176,20 @@ func (r *runner) followOp(op Op) *Failure {
 	return r.followNow(op)
 }
 
+// followPatience bounds how long follow keeps retrying while the leader's
+// merges retire segments under it. It is a time, not a count: how many
+// steps a burst of merges takes, and how many retries fit in it, depends
+// on how busy the machine is (100 quick retries all lost to one burst on
+// a loaded machine). A merge policy that never settled would still fail.
+const followPatience = 60 * time.Second
+
 // follow runs one sync: ChangesSince(FollowedSeq), then Follow, again
-// while a leader merge retires a segment in between (ErrNoSegment). It
+// while a leader merge retires a segment in between (ErrNoSegment), with
+// a short pause after the first few retries so the merges can finish. It
 // returns the Changes applied, or skipped when the leader lost power
 // before ChangesSince answered (nothing was applied).
 func (r *runner) follow() (ch segstore.Changes, skipped bool, f *Failure) {
+	start := time.Now()
 	for attempt := 0; ; attempt++ {
 		ch = r.s.ChangesSince(r.fl.s.FollowedSeq())
 		if r.leaderLost() {
@@ -191,11 +201,14 @@ func (r *runner) follow() (ch segstore.Changes, skipped bool, f *Failure) {
 			r.stats.Follows++
 			return ch, false, nil
 		}
-		if !errors.Is(err, segstore.ErrNoSegment) || attempt >= 100 {
-			return ch, false, r.fail(ClassOpError, "follower Follow(ChangesSince(%d) = seq %d, %d added, %d removed, complete %v): %v",
-				ch.Since, ch.Seq, len(ch.Added), len(ch.Removed), ch.Complete, err)
+		if !errors.Is(err, segstore.ErrNoSegment) || time.Since(start) > followPatience {
+			return ch, false, r.fail(ClassOpError, "follower Follow(ChangesSince(%d) = seq %d, %d added, %d removed, complete %v) after %d attempts in %v: %v",
+				ch.Since, ch.Seq, len(ch.Added), len(ch.Removed), ch.Complete, attempt+1, time.Since(start).Round(time.Millisecond), err)
 		}
 		r.stats.FollowRetries++
+		if attempt >= 10 {
+			time.Sleep(time.Millisecond)
+		}
 	}
 }
 
