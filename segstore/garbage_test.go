@@ -379,3 +379,67 @@ func TestGarbageInsideOneSegment(t *testing.T) {
 	require.NoError(t, fullDiff(s, want, nil))
 	checkAndClose(t, s)
 }
+
+// TestRunMergeReclaims: a size-tiered merge of several segments leaves out,
+// like a rewrite alone, the records a segment newer than the whole run
+// shadows and the point tombstones nothing older than the run needs, and
+// keeps the tombstones an older segment still needs.
+func TestRunMergeReclaims(t *testing.T) {
+	fsys := vfs.NewMem()
+	o := &Options{FS: fsys, SegmentSize: 64 << 20, Merge: MergeOptions{Disable: true, MinRun: 2, KeepWriteOrder: true}}
+	s := mustOpen(t, "/db", o)
+	m := model{}
+	put := func(k, v string) {
+		t.Helper()
+		require.NoError(t, s.Put([]byte(k), []byte(v)))
+		m[k] = v
+	}
+	del := func(k string) {
+		t.Helper()
+		require.NoError(t, s.Delete([]byte(k)))
+		delete(m, k)
+	}
+	// Oldest, far larger than the run: outside it.
+	for i := 0; i < 2000; i++ {
+		put(fmt.Sprintf("a%04d", i), fmt.Sprintf("%0500d", i))
+	}
+	require.NoError(t, s.Seal())
+	// The run: two segments of similar size.
+	for i := 0; i < 100; i++ {
+		put(fmt.Sprintf("x%03d", i), fmt.Sprintf("x-old-%0100d", i))
+	}
+	for i := 0; i < 50; i++ {
+		del(fmt.Sprintf("a%04d", i))     // an older segment holds it: kept
+		del(fmt.Sprintf("ghost%03d", i)) // nothing holds it: dropped
+	}
+	require.NoError(t, s.Seal())
+	for i := 0; i < 100; i++ {
+		put(fmt.Sprintf("y%03d", i), fmt.Sprintf("y-%0120d", i))
+	}
+	require.NoError(t, s.Seal())
+	// Newest, far larger than the run: outside it, shadowing half of x.
+	for i := 0; i < 50; i++ {
+		put(fmt.Sprintf("x%03d", i), fmt.Sprintf("x-new-%03000d", i))
+	}
+	require.NoError(t, s.Seal())
+	before := s.Segments()
+	require.Len(t, before, 4)
+
+	did, err := s.mergeStep(context.Background(), false)
+	require.NoError(t, err)
+	require.True(t, did)
+	after := s.Segments()
+	require.Len(t, after, 3, "the two middle segments merged into one")
+	require.Equal(t, before[0].ID, after[0].ID)
+	require.Equal(t, before[3].ID, after[2].ID)
+	out := after[1]
+	// x050..x099, y000..y099, and the 50 tombstones of a-keys.
+	require.Equal(t, uint64(50+100+50), out.Keys, "shadowed records and unneeded tombstones are left out")
+	require.Equal(t, out.Keys, out.Records)
+	require.NoError(t, fullDiff(s, m, []string{"ghost000", "ghost049", "a0000", "a0049", "x000", "x049", "x050"}))
+	checkAndClose(t, s)
+
+	s = mustOpen(t, "/db", o)
+	require.NoError(t, fullDiff(s, m, nil))
+	checkAndClose(t, s)
+}

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
 )
 
@@ -46,18 +45,12 @@ type iterState struct {
 	ownSn  Snapshot
 	lower  []byte
 	upper  []byte
-	srcs   []iterSource // newest first: srcs[i].prio == i
-	h      iterHeap
+	m      mergingIter // the snapshot's live directories and segments
 	cur    iterEntry
 	recBuf []byte // reused by AppendValue to read a record into
-	// rangesUpTo is one past the oldest source with range tombstones: only
-	// sources below it can delete an older source's key.
-	rangesUpTo int
 	// liveCursor is the live file's cursor (a second live file, one being
-	// sealed, gets one of its own); heapSpace is the heap's array when the
-	// sources fit in it.
+	// sealed, gets one of its own).
 	liveCursor liveCursor
-	heapSpace  [8]*iterSource
 }
 
 var iterStates = sync.Pool{New: func() any { return new(iterState) }}
@@ -65,16 +58,10 @@ var iterStates = sync.Pool{New: func() any { return new(iterState) }}
 // release clears st, so that the pool holds no file, index or key
 // directory alive, and puts it back.
 func (st *iterState) release() {
-	clear(st.srcs) // the slots past len are zero already
-	st.srcs = st.srcs[:0]
-	if cap(st.srcs) > maxPooledSources {
-		st.srcs = nil
-	}
-	clear(st.heapSpace[:])
-	st.h = iterHeap{}
+	st.m.reset(maxPooledSources)
 	st.sn, st.ownsSn, st.lower, st.upper = nil, false, nil, nil
 	st.ownSn.reset()
-	st.cur, st.rangesUpTo = iterEntry{}, 0
+	st.cur = iterEntry{}
 	st.recBuf = st.recBuf[:0]
 	st.liveCursor = liveCursor{}
 	iterStates.Put(st)
@@ -82,173 +69,6 @@ func (st *iterState) release() {
 
 // maxPooledSources bounds the sources array a pooled state keeps.
 const maxPooledSources = 64
-
-type iterEntry struct {
-	df     *dataFile
-	off    int64
-	length uint32
-	kind   segment.RecordKind
-}
-
-// cursor walks one sorted input: a frozen live file directory or a sealed
-// segment's index. Each move reports whether the cursor is at a key.
-type cursor interface {
-	seekGE(key []byte) bool // first key >= key; nil: the first key
-	seekLT(key []byte) bool // last key < key; nil: the last key
-	next() bool
-	prev() bool
-	key() []byte // valid until the next move; never written to
-	entry() (off int64, length uint32, kind segment.RecordKind)
-	err() error // why the last move found no key, if not the end
-}
-
-// iterSource is one input of the merge. k caches the cursor's current key,
-// which the heap compares many times per step.
-type iterSource struct {
-	prio   int // 0 is the newest source, its index in Iterator.srcs
-	df     *dataFile
-	cur    cursor
-	k      []byte
-	ranges spanSet     // the source's range tombstones
-	ixCur  indexCursor // a sealed segment's cursor (cur points at it)
-}
-
-// move records the outcome of a cursor move.
-func (src *iterSource) move(ok bool) bool {
-	if ok {
-		src.k = src.cur.key()
-	}
-	return ok
-}
-
-func (src *iterSource) entry() iterEntry {
-	off, length, kind := src.cur.entry()
-	return iterEntry{df: src.df, off: off, length: length, kind: kind}
-}
-
-// spanSet is a source's range tombstones: a sealed segment's
-// (*rangedel.Set) or a frozen live file's (*rangedel.Tree).
-type spanSet interface {
-	Covers(key []byte) bool
-	Len() int
-}
-
-// indexCursor walks a sealed segment's index. It reads the entry at each
-// position it moves to, so that a damaged index block (one the index could
-// not heal) stops the cursor with an error instead of a wrong key; its
-// index.Reader keeps the block of the last read, so that a step within a
-// block does not locate the block again.
-type indexCursor struct {
-	r   index.Reader
-	n   int // the index's length
-	pos int
-	cur index.Entry
-	e   error
-}
-
-// load reads the entry at pos, if pos is a position of the index.
-func (c *indexCursor) load() bool {
-	if c.e != nil || c.pos < 0 || c.pos >= c.n {
-		return false
-	}
-	c.cur, c.e = c.r.At(c.pos)
-	return c.e == nil
-}
-
-func (c *indexCursor) seekGE(key []byte) bool {
-	c.pos = 0
-	if key != nil {
-		c.pos, c.e = c.r.Index().Search(key)
-	}
-	return c.load()
-}
-
-func (c *indexCursor) seekLT(key []byte) bool {
-	c.pos = c.n
-	if key != nil {
-		c.pos, c.e = c.r.Index().Search(key)
-	}
-	c.pos--
-	return c.load()
-}
-
-func (c *indexCursor) next() bool {
-	if c.pos < c.n {
-		c.pos++
-	}
-	return c.load()
-}
-
-func (c *indexCursor) prev() bool {
-	if c.pos >= 0 {
-		c.pos--
-	}
-	return c.load()
-}
-
-func (c *indexCursor) key() []byte { return c.cur.Key }
-
-func (c *indexCursor) entry() (int64, uint32, segment.RecordKind) {
-	return c.cur.Offset, c.cur.Length, c.cur.Kind
-}
-
-func (c *indexCursor) err() error { return c.e }
-
-// iterHeap orders the sources by their current key, smallest first going
-// forward and largest first going backward; among equal keys the newest
-// source (lowest prio) comes first either way, so its version wins. It is a
-// binary heap written out for *iterSource: container/heap's interface calls
-// cost more than the comparisons on the few sources a store has.
-type iterHeap struct {
-	srcs    []*iterSource
-	reverse bool
-}
-
-func (h *iterHeap) less(a, b *iterSource) bool {
-	c := bytes.Compare(a.k, b.k)
-	if c != 0 {
-		return (c < 0) != h.reverse
-	}
-	return a.prio < b.prio
-}
-
-func (h *iterHeap) init() {
-	for i := len(h.srcs)/2 - 1; i >= 0; i-- {
-		h.down(i)
-	}
-}
-
-// down restores the order below i after the source at i moved on.
-func (h *iterHeap) down(i int) {
-	s := h.srcs
-	x := s[i]
-	for {
-		c := 2*i + 1
-		if c >= len(s) {
-			break
-		}
-		if r := c + 1; r < len(s) && h.less(s[r], s[c]) {
-			c = r
-		}
-		if !h.less(s[c], x) {
-			break
-		}
-		s[i] = s[c]
-		i = c
-	}
-	s[i] = x
-}
-
-// popTop removes the top source (it is exhausted).
-func (h *iterHeap) popTop() {
-	last := len(h.srcs) - 1
-	h.srcs[0] = h.srcs[last]
-	h.srcs[last] = nil
-	h.srcs = h.srcs[:last]
-	if last > 0 {
-		h.down(0)
-	}
-}
 
 // NewIterator returns an iterator over a snapshot of the store taken now.
 func (s *Store) NewIterator(opts *IterOptions) (*Iterator, error) {
@@ -305,19 +125,17 @@ func (st *iterState) init(opts *IterOptions) {
 			n++
 		}
 	}
-	if cap(st.srcs) < n {
-		st.srcs = make([]iterSource, 0, n)
+	if cap(st.m.srcs) < n {
+		st.m.srcs = make([]iterSource, 0, n)
 	}
 	for _, v := range sn.tails {
 		if v.keys.len() == 0 && v.ranges.Len() == 0 {
 			continue
 		}
-		n := len(st.srcs)
-		st.srcs = st.srcs[:n+1]
-		src := &st.srcs[n]
-		src.prio, src.df, src.ranges = n, v.t.df, v.ranges
+		src := st.m.addSource()
+		src.df, src.ranges = v.t.df, v.ranges
 		lc := &st.liveCursor
-		if n > 0 {
+		if src.prio > 0 {
 			lc = new(liveCursor) // a second live file: one being sealed
 		}
 		lc.init(v.keys)
@@ -328,23 +146,9 @@ func (st *iterState) init(opts *IterOptions) {
 		if ix.Len() == 0 && ix.Ranges().Len() == 0 {
 			continue
 		}
-		n := len(st.srcs)
-		st.srcs = st.srcs[:n+1]
-		src := &st.srcs[n]
-		src.prio, src.df, src.ranges = n, sg.df, ix.Ranges()
-		src.ixCur.r, src.ixCur.n = ix.NewReader(), ix.Len()
-		src.cur = &src.ixCur
+		st.m.addSegment(sg.df, ix)
 	}
-	for i := range st.srcs {
-		if st.srcs[i].ranges.Len() > 0 {
-			st.rangesUpTo = i + 1
-		}
-	}
-	if len(st.srcs) <= len(st.heapSpace) {
-		st.h.srcs = st.heapSpace[:0]
-	} else {
-		st.h.srcs = make([]*iterSource, 0, len(st.srcs))
-	}
+	st.m.ready()
 }
 
 // First positions the iterator at the first key within the bounds.
@@ -375,16 +179,9 @@ func (it *Iterator) Seek(key []byte) bool {
 	if it.lower != nil && bytes.Compare(key, it.lower) < 0 {
 		key = it.lower
 	}
-	it.h = iterHeap{srcs: it.h.srcs[:0]}
-	for i := range it.srcs {
-		src := &it.srcs[i]
-		if src.move(src.cur.seekGE(key)) {
-			it.h.srcs = append(it.h.srcs, src)
-		} else if err := src.cur.err(); err != nil {
-			return it.fail(err)
-		}
+	if err := it.m.seekGE(key); err != nil {
+		return it.fail(err)
 	}
-	it.h.init()
 	return it.step()
 }
 
@@ -406,16 +203,9 @@ func (it *Iterator) seekBefore(key []byte) bool {
 		it.valid = false
 		return false
 	}
-	it.h = iterHeap{srcs: it.h.srcs[:0], reverse: true}
-	for i := range it.srcs {
-		src := &it.srcs[i]
-		if src.move(src.cur.seekLT(key)) {
-			it.h.srcs = append(it.h.srcs, src)
-		} else if err := src.cur.err(); err != nil {
-			return it.fail(err)
-		}
+	if err := it.m.seekLT(key); err != nil {
+		return it.fail(err)
 	}
-	it.h.init()
 	return it.step()
 }
 
@@ -424,7 +214,7 @@ func (it *Iterator) Next() bool {
 	if !it.usable() || !it.valid {
 		return false
 	}
-	if it.h.reverse {
+	if it.m.reverse() {
 		// Turn around: the sources point below the current key, so start
 		// again just past it (the smallest key greater than it).
 		return it.Seek(append(bytes.Clone(it.key), 0))
@@ -437,53 +227,30 @@ func (it *Iterator) Prev() bool {
 	if !it.usable() || !it.valid {
 		return false
 	}
-	if !it.h.reverse {
+	if !it.m.reverse() {
 		return it.seekBefore(it.key)
 	}
 	return it.step()
 }
 
-// step takes the next key from the heap in the heap's direction; the
-// newest version of that key decides.
+// step takes the next key in the walk's direction that is within the
+// bounds and not deleted; the newest version of each key decides.
 func (it *Iterator) step() bool {
-	h := &it.h
-	for len(h.srcs) > 0 {
-		top := h.srcs[0]
-		if h.reverse {
-			if it.lower != nil && bytes.Compare(top.k, it.lower) < 0 {
+	m := &it.m
+	for m.more() {
+		if m.reverse() {
+			if it.lower != nil && bytes.Compare(m.peek(), it.lower) < 0 {
 				break
 			}
-		} else if it.upper != nil && bytes.Compare(top.k, it.upper) >= 0 {
+		} else if it.upper != nil && bytes.Compare(m.peek(), it.upper) >= 0 {
 			break
 		}
-		best := top.entry()
-		// The sources' keys are slices of an index or of a live directory's
-		// strings, which a caller must never be able to write to, so the key
-		// is copied, into the one buffer every step reuses.
-		it.keyBuf = append(it.keyBuf[:0], top.k...)
-		deleted := best.kind == segment.KindDelete || it.rangeDeleted(it.keyBuf, top.prio)
-		// Step every source past this key; the first is the one with the
-		// best prio, and the others with the same key follow it in the heap.
-		for {
-			src := h.srcs[0]
-			var ok bool
-			if h.reverse {
-				ok = src.move(src.cur.prev())
-			} else {
-				ok = src.move(src.cur.next())
-			}
-			if ok {
-				h.down(0)
-			} else if err := src.cur.err(); err != nil {
-				return it.fail(err)
-			} else {
-				h.popTop()
-			}
-			if len(h.srcs) == 0 || !bytes.Equal(h.srcs[0].k, it.keyBuf) {
-				break
-			}
+		key, best, _, covered, err := m.take(it.keyBuf[:0])
+		it.keyBuf = key
+		if err != nil {
+			return it.fail(err)
 		}
-		if deleted {
+		if best.kind == segment.KindDelete || covered {
 			continue
 		}
 		it.key, it.cur, it.valid = it.keyBuf, best, true
@@ -497,18 +264,6 @@ func (it *Iterator) step() bool {
 // and no key is served past it.
 func (it *Iterator) fail(err error) bool {
 	it.err, it.valid = fmt.Errorf("segkv: iterator: %w", err), false
-	return false
-}
-
-// rangeDeleted reports whether a range tombstone of a source newer than
-// prio deletes key. (A source's own range tombstones never delete its own
-// keys: those are newer, or were removed when the tombstone was applied.)
-func (it *Iterator) rangeDeleted(key []byte, prio int) bool {
-	for i := range min(prio, it.rangesUpTo) {
-		if it.srcs[i].ranges.Covers(key) {
-			return true
-		}
-	}
 	return false
 }
 

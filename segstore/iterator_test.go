@@ -186,7 +186,7 @@ func TestIteratorSources(t *testing.T) {
 	}
 	it, err := s.NewIterator(nil)
 	require.NoError(t, err)
-	require.Len(t, it.srcs, 12, "the empty live file is left out")
+	require.Len(t, it.m.srcs, 12, "the empty live file is left out")
 	check("sealed", it, m)
 
 	sn, err := s.NewSnapshot()
@@ -197,7 +197,7 @@ func TestIteratorSources(t *testing.T) {
 	m.deleteRange("k050", "k150")
 	it, err = s.NewIterator(nil)
 	require.NoError(t, err)
-	require.Len(t, it.srcs, 13, "a live file with only a range tombstone is a source")
+	require.Len(t, it.m.srcs, 13, "a live file with only a range tombstone is a source")
 	check("range tombstone alone in the live file", it, m)
 	it, err = sn.NewIterator(nil)
 	require.NoError(t, err)

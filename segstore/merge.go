@@ -322,18 +322,17 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		info.Duration = time.Since(start)
 		s.mergeEnd(info)
 	}()
-	// A segment rewritten alone leaves out what the segments newer than it
-	// shadow and the tombstones nothing older needs (garbage.go).
-	var reclaim *reclaimer
-	if len(run) == 1 {
-		reclaim = &reclaimer{}
-		for _, sg := range newestFirst {
-			switch {
-			case sg.meta.Order > run[0].meta.Order:
-				reclaim.newer = append(reclaim.newer, sg)
-			case sg.meta.Order < run[0].meta.Order:
-				reclaim.older = append(reclaim.older, sg)
-			}
+	// The output leaves out what the segments newer than the run shadow and
+	// the tombstones nothing older than the run needs (garbage.go). A run is
+	// adjacent in order, so every other segment is newer or older than all
+	// of it.
+	reclaim := &reclaimer{}
+	for _, sg := range newestFirst {
+		switch {
+		case sg.meta.Order > run[len(run)-1].meta.Order:
+			reclaim.newer = append(reclaim.newer, sg)
+		case sg.meta.Order < run[0].meta.Order:
+			reclaim.older = append(reclaim.older, sg)
 		}
 	}
 	out, err := s.writeMerged(ctx, run, dropTombstones, reclaim)
@@ -358,7 +357,7 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 		return false, err
 	}
 	s.stats.merges.Add(1)
-	if reclaim != nil {
+	if len(run) == 1 {
 		s.stats.rewrites.Add(1)
 	}
 	s.stats.mergedBytesIn.Add(info.BytesIn)
@@ -369,34 +368,10 @@ func (s *Store) mergeStep(ctx context.Context, full bool) (bool, error) {
 	return true, nil
 }
 
-// mergeCursor walks one input segment's index in key order.
-type mergeCursor struct {
-	ix  *index.Index
-	pos int
-	cur index.Entry // the entry at pos, when ok
-	ok  bool
-	// entry is the entry nextMergeKey last chose from this cursor.
-	entry index.Entry
-}
-
-// load reads the entry at pos; false at the end or on an error.
-func (c *mergeCursor) load() (bool, error) {
-	c.ok = false
-	if c.pos >= c.ix.Len() {
-		return false, nil
-	}
-	var err error
-	if c.cur, err = c.ix.At(c.pos); err != nil {
-		return false, err
-	}
-	c.ok = true
-	return true, nil
-}
-
 // writeMerged writes the merge output of run (ordered oldest first) to a new
 // ".seg" file, makes it durable with its directory entry, writes its index
-// (unsynced), and returns the segment, not yet committed; reclaim, if not
-// nil, leaves out the records it drops. An output with no record at all is
+// (unsynced), and returns the segment, not yet committed; reclaim leaves
+// out the records it drops. An output with no record at all is
 // removed and writeMerged returns nil: the commit only drops the inputs.
 // On any error the output file is removed (and would be by the next Open
 // anyway).
@@ -558,56 +533,54 @@ func (w *mergeWriter) writeRanges(run []*sealed, dropTombstones bool) error {
 	return nil
 }
 
-// writeSurvivors walks the inputs' indexes in key order together and
-// writes the newest version of each key, unless it is a tombstone the
-// merge may drop or a newer input's range tombstone deletes it; then
-// flushes the last frame.
+// writeSurvivors walks the inputs' indexes in key order together, as a
+// read of the run would (the same mergingIter), and writes the newest
+// version of each key, unless it is a tombstone the merge may drop, a newer
+// input's range tombstone deletes it, or reclaim drops it; then flushes the
+// last frame.
 func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropTombstones bool, reclaim *reclaimer) error {
-	// newerRanges[i] is the union of the range tombstones of the inputs
-	// newer than input i: a key input i holds is deleted if it covers it.
-	newerRanges := make([]*rangedel.Set, len(run))
-	for i := len(run) - 2; i >= 0; i-- {
-		newerRanges[i] = rangedel.Merge(newerRanges[i+1], run[i+1].index().Ranges())
-	}
-	cursors := make([]*mergeCursor, len(run))
+	// The sources are newest first: source prio p is run[len(run)-1-p].
+	var m mergingIter
+	m.srcs = make([]iterSource, 0, len(run))
 	maps := make([]*fileMap, len(run))
-	for i, sg := range run {
-		cursors[i] = &mergeCursor{ix: sg.index()}
-		if _, err := cursors[i].load(); err != nil {
-			return fmt.Errorf("segkv: merge read index of %s: %w", sg.df.path, err)
-		}
-		maps[i] = sg.df.reader()
+	for i := len(run) - 1; i >= 0; i-- {
+		m.addSegment(run[i].df, run[i].index())
+		maps[i] = run[i].df.reader()
+	}
+	m.ready()
+	if err := m.seekGE(nil); err != nil {
+		return fmt.Errorf("segkv: merge: %w", err)
 	}
 	buf := make([]byte, 0, 4096)
-	for {
-		best, key, err := nextMergeKey(run, cursors)
+	var key []byte
+	for m.more() {
+		var e iterEntry
+		var prio int
+		var covered bool
+		var err error
+		key, e, prio, covered, err = m.take(key[:0])
+		if err != nil {
+			return fmt.Errorf("segkv: merge: %w", err)
+		}
+		if e.kind == index.KindDelete && dropTombstones || covered {
+			continue
+		}
+		drop, err := reclaim.drop(key, e.kind)
 		if err != nil {
 			return err
 		}
-		if best < 0 {
-			break
-		}
-		e := cursors[best].entry
-		if e.Kind == index.KindDelete && dropTombstones || newerRanges[best].Covers(key) {
+		if drop {
 			continue
 		}
-		if reclaim != nil {
-			drop, err := reclaim.drop(key, e.Kind)
-			if err != nil {
-				return err
-			}
-			if drop {
-				continue
-			}
-		}
+		in := len(run) - 1 - prio
 		var rec []byte
-		if rec, buf, err = readMergeRecord(run[best], maps[best], handles[best], e, buf); err != nil {
+		if rec, buf, err = readMergeRecord(run[in], maps[in], handles[in], e, buf); err != nil {
 			return err
 		}
 		if w.keys == 0 {
-			w.firstKey = key
+			w.firstKey = bytes.Clone(key)
 		}
-		w.lastKey = key
+		w.lastKey = append(w.lastKey[:0], key...)
 		w.keys++
 		if err := w.add(rec); err != nil {
 			return err
@@ -616,57 +589,26 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 	return w.flush()
 }
 
-// nextMergeKey returns the input holding the smallest key among the
-// cursors (on ties the newest input, last in run, wins) and that key, and
-// moves every cursor at that key past it; the winning entry is left in its
-// cursor's entry field. best is -1 once every cursor is done.
-func nextMergeKey(run []*sealed, cursors []*mergeCursor) (best int, key []byte, err error) {
-	best = -1
-	var bestKey []byte
-	for i, c := range cursors {
-		if !c.ok {
-			continue
-		}
-		if best < 0 || bytes.Compare(c.cur.Key, bestKey) <= 0 {
-			best, bestKey = i, c.cur.Key
-		}
-	}
-	if best < 0 {
-		return -1, nil, nil
-	}
-	cursors[best].entry = cursors[best].cur
-	key = bytes.Clone(bestKey)
-	for i, c := range cursors {
-		if c.ok && bytes.Equal(c.cur.Key, key) {
-			c.pos++
-			if _, err := c.load(); err != nil {
-				return -1, nil, fmt.Errorf("segkv: merge read index of %s: %w", run[i].df.path, err)
-			}
-		}
-	}
-	return best, key, nil
-}
-
 // readMergeRecord returns the record e of input sg, verified: from the
 // input's mapping m when it has one (the run is pinned: no system call per
 // record, and the copy into the payload is the only one), else read into
 // buf (grown if needed) through h.
-func readMergeRecord(sg *sealed, m *fileMap, h *fileHandle, e index.Entry, buf []byte) (rec, _ []byte, err error) {
-	if m != nil && e.Offset+int64(e.Length) <= int64(len(m.data)) {
-		rec = m.data[e.Offset : e.Offset+int64(e.Length)]
+func readMergeRecord(sg *sealed, m *fileMap, h *fileHandle, e iterEntry, buf []byte) (rec, _ []byte, err error) {
+	if m != nil && e.off+int64(e.length) <= int64(len(m.data)) {
+		rec = m.data[e.off : e.off+int64(e.length)]
 	} else {
-		if cap(buf) < int(e.Length) {
-			buf = make([]byte, e.Length)
+		if cap(buf) < int(e.length) {
+			buf = make([]byte, e.length)
 		}
-		rec = buf[:e.Length]
-		if _, err := h.f.ReadAt(rec, e.Offset); err != nil {
-			return nil, buf, fmt.Errorf("segkv: merge read %s at %d: %w", sg.df.path, e.Offset, err)
+		rec = buf[:e.length]
+		if _, err := h.f.ReadAt(rec, e.off); err != nil {
+			return nil, buf, fmt.Errorf("segkv: merge read %s at %d: %w", sg.df.path, e.off, err)
 		}
 	}
 	// Verify before copying: a merge must not launder a damaged record
 	// into a new file with a fresh checksum.
 	if _, _, err := segment.DecodeRecord(rec); err != nil {
-		return nil, buf, fmt.Errorf("%w: %s at %d: %v", ErrCorrupt, sg.df.path, e.Offset, err)
+		return nil, buf, fmt.Errorf("%w: %s at %d: %v", ErrCorrupt, sg.df.path, e.off, err)
 	}
 	return rec, buf, nil
 }
