@@ -553,6 +553,11 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 	}
 	buf := make([]byte, 0, 4096)
 	var key []byte
+	// walked counts the input bytes walked since the context was last
+	// checked: a run whose records are nearly all dropped writes (and so
+	// flushes) almost nothing, and must still stop promptly when Close,
+	// Compact's caller or a ReplaceAll cancels it.
+	var walked int64
 	for m.more() {
 		var e iterEntry
 		var prio int
@@ -561,6 +566,12 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 		key, e, prio, covered, err = m.take(key[:0])
 		if err != nil {
 			return fmt.Errorf("segkv: merge: %w", err)
+		}
+		if walked += int64(e.length); walked >= mergeFrameBytes {
+			walked = 0
+			if err := w.ctx.Err(); err != nil {
+				return err
+			}
 		}
 		if e.kind == index.KindDelete && dropTombstones || covered {
 			continue
