@@ -182,23 +182,35 @@ func bgCrashKeys() []string {
 	return keys
 }
 
-// runGarbageCrash runs a workload that rewrites sealed segments for their
-// garbage while the live file holds writes (unsynced under the lazy modes)
-// that shadow their records, taking a crash image at every sync point,
-// and checks every image against the history: a state between the last
-// durable point before the image and the last write begun. It returns the
-// number of crash points and of rewrites committed.
-func runGarbageCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, int64) {
+// mergeCrashCounts is what runMergeCrash saw committed.
+type mergeCrashCounts struct {
+	points    int   // crash images checked
+	rewrites  int64 // merge steps that rewrote one segment alone
+	runMerges int64 // merge steps of several segments
+}
+
+// runMergeCrash runs a workload of batches, range deletes, seals (by size
+// too) and merge steps under merge options mo, with writes in the live file
+// (unsynced under the lazy modes) shadowing the merged segments' records,
+// takes a crash image at every sync point, and checks every image against
+// the history: a state between the last durable point before the image and
+// the last write begun. stream picks the random streams.
+func runMergeCrash(t *testing.T, mode SyncMode, seed, stream uint64, steps int, keys []string, mo MergeOptions) mergeCrashCounts {
 	t.Helper()
-	keys := bgCrashKeys()
-	rng := rand.New(rand.NewPCG(seed, 31))
+	rng := rand.New(rand.NewPCG(seed, stream))
 	mem := vfs.NewMem()
-	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, 32)))
+	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, stream+1)))
 	mk := func(fsys vfs.FS) *Options {
-		return &Options{FS: fsys, Sync: mode, SyncInterval: 2 * time.Millisecond, SegmentSize: 4 << 10,
-			Merge: MergeOptions{Disable: true, MinRun: 1000, GarbageRatio: 0.05}}
+		return &Options{FS: fsys, Sync: mode, SyncInterval: 2 * time.Millisecond, SegmentSize: 4 << 10, Merge: mo}
 	}
-	s := mustOpen(t, "/db", mk(mem))
+	var runMerges atomic.Int64
+	o := mk(mem)
+	o.Events.MergeEnd = func(mi MergeInfo) {
+		if mi.Err == nil && len(mi.Inputs) > 1 {
+			runMerges.Add(1)
+		}
+	}
+	s := mustOpen(t, "/db", o)
 	mem.SetSyncHook(rec.Hook)
 	history := []model{{}}
 	durable := func() {
@@ -272,7 +284,17 @@ func runGarbageCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, 
 		}
 	}
 	require.Zero(t, wrong, "%v seed %d: %d of %d crash points wrong", mode, seed, wrong, len(points))
-	return len(points), rewrites
+	return mergeCrashCounts{points: len(points), rewrites: rewrites, runMerges: runMerges.Load()}
+}
+
+// runGarbageCrash is runMergeCrash with rewrites alone only (no size-tiered
+// run is ever worth merging): rewrites for garbage taken while the live
+// file holds writes that shadow their records. It returns the crash points
+// and the rewrites committed.
+func runGarbageCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, int64) {
+	t.Helper()
+	c := runMergeCrash(t, mode, seed, 31, steps, bgCrashKeys(), MergeOptions{Disable: true, MinRun: 1000, GarbageRatio: 0.05})
+	return c.points, c.rewrites
 }
 
 // TestGarbageCrashSyncModes: power cuts at every sync point of

@@ -598,101 +598,14 @@ func TestRunMergeNeighbourIndexUnreadable(t *testing.T) {
 	}
 }
 
-// runRunMergeCrash runs a workload of batches, range deletes, seals (by
-// size too) and merge steps of several segments at a time (MinRun 2), with
-// writes in the live file (unsynced under the lazy modes) shadowing the
-// runs' records, takes a crash image at every sync point, and checks every
-// image against the history. It returns the crash points and the merges
-// of several segments committed.
+// runRunMergeCrash is runMergeCrash with merge steps of several segments at
+// a time (MinRun 2, small steps, so runs start above the oldest segment).
+// It returns the crash points and the merges of several segments committed.
 func runRunMergeCrash(t *testing.T, mode SyncMode, seed uint64, steps int) (int, int64) {
 	t.Helper()
-	keys := rmKeys()
-	rng := rand.New(rand.NewPCG(seed, 41))
-	mem := vfs.NewMem()
-	rec := testutil.NewCrashRecorder(mem, rand.New(rand.NewPCG(seed, 42)))
-	mk := func(fsys vfs.FS) *Options {
-		return &Options{FS: fsys, Sync: mode, SyncInterval: 2 * time.Millisecond, SegmentSize: 4 << 10,
-			Merge: MergeOptions{Disable: true, MinRun: 2, SizeRatio: 8, MaxStepBytes: 12 << 10, GarbageRatio: 0.05}}
-	}
-	var runMerges atomic.Int64
-	o := mk(mem)
-	o.Events.MergeEnd = func(mi MergeInfo) {
-		if mi.Err == nil && len(mi.Inputs) > 1 {
-			runMerges.Add(1)
-		}
-	}
-	s := mustOpen(t, "/db", o)
-	mem.SetSyncHook(rec.Hook)
-	history := []model{{}}
-	durable := func() {
-		if mode != SyncAlways {
-			rec.Acked.Store(rec.Started.Load())
-		}
-	}
-	n := 0
-	for i := 0; i < steps; i++ {
-		cur := history[len(history)-1]
-		switch r := rng.IntN(100); {
-		case r < 10:
-			require.NoError(t, s.Seal())
-			durable()
-		case r < 30:
-			_, err := s.mergeStep(context.Background(), rng.IntN(4) == 0)
-			require.NoError(t, err)
-		case r < 34 && mode != SyncAlways:
-			require.NoError(t, s.Sync())
-			durable()
-		case r < 40:
-			a, b := keys[rng.IntN(len(keys))], keys[rng.IntN(len(keys))]
-			if a > b {
-				a, b = b, a
-			}
-			next := cur.clone()
-			next.deleteRange(a, b)
-			history = append(history, next)
-			rec.Started.Add(1)
-			require.NoError(t, s.DeleteRange([]byte(a), []byte(b)))
-			if mode == SyncAlways {
-				rec.Acked.Add(1)
-			}
-		default:
-			next := cur.clone()
-			b := s.NewBatch()
-			for j := 0; j < 1+rng.IntN(3); j++ {
-				k := keys[rng.IntN(len(keys))]
-				if rng.IntN(4) == 0 {
-					require.NoError(t, b.Delete([]byte(k)))
-					delete(next, k)
-				} else {
-					n++
-					v := fmt.Sprintf("v%d-%0*d", n, rng.IntN(150), 0)
-					require.NoError(t, b.Put([]byte(k), []byte(v)))
-					next[k] = v
-				}
-			}
-			history = append(history, next)
-			rec.Started.Add(1)
-			require.NoError(t, s.Apply(b))
-			if mode == SyncAlways {
-				rec.Acked.Add(1)
-			}
-		}
-	}
-	mem.SetSyncHook(nil)
-	require.NoError(t, fullDiff(s, history[len(history)-1], keys))
-	require.NoError(t, s.Close())
-	points := rec.Points()
-	wrong := 0
-	for _, p := range points {
-		if err := checkCrashPointOpts(p, history, keys, mk); err != nil {
-			wrong++
-			if wrong <= 3 {
-				t.Errorf("%v seed %d crash point %s (durable %d, begun %d): %v", mode, seed, p.Label, p.Lo, p.Hi, err)
-			}
-		}
-	}
-	require.Zero(t, wrong, "%v seed %d: %d of %d crash points wrong", mode, seed, wrong, len(points))
-	return len(points), runMerges.Load()
+	c := runMergeCrash(t, mode, seed, 41, steps, rmKeys(),
+		MergeOptions{Disable: true, MinRun: 2, SizeRatio: 8, MaxStepBytes: 12 << 10, GarbageRatio: 0.05})
+	return c.points, c.runMerges
 }
 
 // TestRunMergeCrashSyncModes: power cuts at every sync point of merges of
