@@ -1118,19 +1118,25 @@ func bgFaultKeys() []string {
 	return []string{"", "a000", "a049", "a050", "a080", "a089", "a090", "a099", "q000", "q004", "q005", "z000", "z009", "p000"}
 }
 
-// bgFaultRun opens the fixture on a Faulty, arms ft, takes one
-// background-policy merge step (the rewrite of S), and checks the store:
+// bgFaultRun is mergeFaultRun on the rewrite of S (bgFaultFixture).
+func bgFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault) (stepErr error, failed bool) {
+	t.Helper()
+	return mergeFaultRun(t, disableMmap, ft, garbageOpts, bgFaultFixture, bgFaultKeys())
+}
+
+// mergeFaultRun opens a store made by fixture (with options mk) on a Faulty,
+// arms ft, takes one background-policy merge step, and checks the store:
 // the step fails or not, the store keeps answering exactly (or has
 // failed), later steps converge, and a reopen without faults reads the
 // model with no orphan file.
-func bgFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault) (stepErr error, failed bool) {
+func mergeFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault, mk func(vfs.FS) *Options,
+	fixture func(*testing.T, *Options) model, keys []string) (stepErr error, failed bool) {
 	t.Helper()
 	mem := vfs.NewMem()
 	fy := vfs.NewFaulty(mem)
-	o := garbageOpts(fy)
+	o := mk(fy)
 	o.DisableMmap = disableMmap
-	m := bgFaultFixture(t, o)
-	keys := bgFaultKeys()
+	m := fixture(t, o)
 	s := mustOpen(t, "/db", o)
 	if ft != nil {
 		require.NoError(t, fy.Inject(*ft))
@@ -1160,16 +1166,14 @@ func bgFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault) (stepErr error, f
 		require.ErrorIs(t, stepErr, ErrFailed, "fault %+v: the store failed", ft)
 	}
 	_ = s.Close()
-	gs, err := openGated("/db", garbageOpts(mem))
+	gs, err := openGated("/db", mk(mem))
 	require.NoError(t, err, "fault %+v: reopen", ft)
 	require.NoError(t, fullDiff(gs.Store, m, keys), "fault %+v (step error %v): after reopen", ft, stepErr)
 	orph, err := orphans(mem, gs.Store)
 	require.NoError(t, err)
 	require.Empty(t, orph, "fault %+v", ft)
 	require.NoError(t, gs.Check())
-	mt := gs.Metrics()
 	require.NoError(t, gs.closeAll())
-	_ = mt
 	return stepErr, failed
 }
 

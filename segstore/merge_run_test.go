@@ -415,56 +415,14 @@ func TestRunMergeFixtureExact(t *testing.T) {
 	checkAndClose(t, s)
 }
 
-// rmFaultRun opens the fixture on a Faulty, arms ft, takes one merge step
-// (R1 and R2), and checks that the step either committed a correct output
-// or changed nothing (or failed the store), that later steps converge, and
-// that a reopen without faults reads the model with no orphan file.
+// rmFaultRun is mergeFaultRun on the merge of R1 and R2 (rmRunFixture).
 func rmFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault) (stepErr error, failed bool) {
 	t.Helper()
-	mem := vfs.NewMem()
-	fy := vfs.NewFaulty(mem)
-	o := rmRunOpts(fy)
-	o.DisableMmap = disableMmap
-	m, _ := rmRunFixture(t, o)
-	keys := rmRunKeys()
-	s := mustOpen(t, "/db", o)
-	if ft != nil {
-		require.NoError(t, fy.Inject(*ft))
+	fixture := func(t *testing.T, o *Options) model {
+		m, _ := rmRunFixture(t, o)
+		return m
 	}
-	var did bool
-	if perr := epCatchPanic(func() { did, stepErr = s.mergeStep(context.Background(), false) }); perr != nil {
-		t.Fatalf("fault %+v: %v", ft, perr)
-	}
-	if ft == nil {
-		require.NoError(t, stepErr)
-		require.True(t, did)
-	}
-	failed = s.failed() != nil
-	fy.Clear()
-	if !failed {
-		require.NoError(t, fullDiff(s, m, keys), "fault %+v, step error %v", ft, stepErr)
-		for i := 0; ; i++ {
-			did, err := s.mergeStep(context.Background(), false)
-			require.NoError(t, err, "fault %+v: a later step", ft)
-			if !did {
-				break
-			}
-			require.Less(t, i, 20)
-		}
-		require.NoError(t, fullDiff(s, m, keys), "fault %+v after the later steps", ft)
-	} else {
-		require.ErrorIs(t, stepErr, ErrFailed, "fault %+v: the store failed", ft)
-	}
-	_ = s.Close()
-	gs, err := openGated("/db", rmRunOpts(mem))
-	require.NoError(t, err, "fault %+v: reopen", ft)
-	require.NoError(t, fullDiff(gs.Store, m, keys), "fault %+v (step error %v): after reopen", ft, stepErr)
-	orph, err := orphans(mem, gs.Store)
-	require.NoError(t, err)
-	require.Empty(t, orph, "fault %+v", ft)
-	require.NoError(t, gs.Check())
-	require.NoError(t, gs.closeAll())
-	return stepErr, failed
+	return mergeFaultRun(t, disableMmap, ft, rmRunOpts, fixture, rmRunKeys())
 }
 
 // TestRunMergeFaultEveryOp: one injected I/O error (and, a second pass,
