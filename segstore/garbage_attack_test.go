@@ -607,14 +607,7 @@ func bgConcurrentEverything(t *testing.T, minRun int, seed uint64) {
 	require.NoError(t, fullDiff(s, want, nil))
 	require.NoError(t, peer.Close())
 	checkAndClose(t, s)
-	gs, err := openGated("/db", o)
-	require.NoError(t, err)
-	require.NoError(t, fullDiff(gs.Store, want, nil))
-	orph, err := orphans(mem, gs.Store)
-	require.NoError(t, err)
-	require.Empty(t, orph)
-	require.NoError(t, gs.Check())
-	require.NoError(t, gs.closeAll())
+	reopenCheck(t, mem, o, want, nil)
 }
 
 // TestGarbageMetricsOneView: one Metrics reading must describe one
@@ -748,14 +741,22 @@ func bgReopenCheck(t *testing.T, s *Store, mem *vfs.Mem, m model, extra []string
 	t.Helper()
 	require.NoError(t, fullDiff(s, m, extra))
 	checkAndClose(t, s)
-	gs, err := openGated("/db", garbageOpts(mem))
-	require.NoError(t, err)
-	require.NoError(t, fullDiff(gs.Store, m, extra))
+	reopenCheck(t, mem, garbageOpts(mem), m, extra)
+}
+
+// reopenCheck opens the closed store on mem with o, the background held,
+// and checks that it reads m (and extra's keys as m says), holds no orphan
+// file and passes Check; msgAndArgs say which case failed.
+func reopenCheck(t *testing.T, mem *vfs.Mem, o *Options, m model, extra []string, msgAndArgs ...any) {
+	t.Helper()
+	gs, err := openGated("/db", o)
+	require.NoError(t, err, msgAndArgs...)
+	require.NoError(t, fullDiff(gs.Store, m, extra), msgAndArgs...)
 	orph, err := orphans(mem, gs.Store)
-	require.NoError(t, err)
-	require.Empty(t, orph)
-	require.NoError(t, gs.Check())
-	require.NoError(t, gs.closeAll())
+	require.NoError(t, err, msgAndArgs...)
+	require.Empty(t, orph, msgAndArgs...)
+	require.NoError(t, gs.Check(), msgAndArgs...)
+	require.NoError(t, gs.closeAll(), msgAndArgs...)
 }
 
 // TestGarbageRangeDropDuringRewrite: while S's rewrite (which left
@@ -1166,14 +1167,7 @@ func mergeFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault, mk func(vfs.FS
 		require.ErrorIs(t, stepErr, ErrFailed, "fault %+v: the store failed", ft)
 	}
 	_ = s.Close()
-	gs, err := openGated("/db", mk(mem))
-	require.NoError(t, err, "fault %+v: reopen", ft)
-	require.NoError(t, fullDiff(gs.Store, m, keys), "fault %+v (step error %v): after reopen", ft, stepErr)
-	orph, err := orphans(mem, gs.Store)
-	require.NoError(t, err)
-	require.Empty(t, orph, "fault %+v", ft)
-	require.NoError(t, gs.Check())
-	require.NoError(t, gs.closeAll())
+	reopenCheck(t, mem, mk(mem), m, keys, "fault %+v (step error %v): after reopen", ft, stepErr)
 	return stepErr, failed
 }
 

@@ -895,14 +895,7 @@ func TestRunMergeCloseWhileHeld(t *testing.T) {
 		t.Fatal("Close hangs after a merge held at its commit")
 	}
 	require.EqualValues(t, 1, ends.Load(), "the held step ended before Close returned")
-	gs, err := openGated("/db", rmRunOpts(mem))
-	require.NoError(t, err)
-	require.NoError(t, fullDiff(gs.Store, m, rmRunKeys()))
-	orph, err := orphans(mem, gs.Store)
-	require.NoError(t, err)
-	require.Empty(t, orph)
-	require.NoError(t, gs.Check())
-	require.NoError(t, gs.closeAll())
+	reopenCheck(t, mem, rmRunOpts(mem), m, rmRunKeys())
 }
 
 // TestRunMergeCancelStopsWhileDropping: a merge step whose context is

@@ -182,7 +182,7 @@ type cursor interface {
 // iterSource is one input of a mergingIter. k caches the cursor's current key,
 // which the heap compares many times per step.
 type iterSource struct {
-	prio   int // 0 is the newest source, its index in Iterator.srcs
+	prio   int // 0 is the newest source, its index in mergingIter.srcs
 	df     *dataFile
 	cur    cursor
 	k      []byte
