@@ -1119,12 +1119,6 @@ func bgFaultKeys() []string {
 	return []string{"", "a000", "a049", "a050", "a080", "a089", "a090", "a099", "q000", "q004", "q005", "z000", "z009", "p000"}
 }
 
-// bgFaultRun is mergeFaultRun on the rewrite of S (bgFaultFixture).
-func bgFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault) (stepErr error, failed bool) {
-	t.Helper()
-	return mergeFaultRun(t, disableMmap, ft, garbageOpts, bgFaultFixture, bgFaultKeys())
-}
-
 // mergeFaultRun opens a store made by fixture (with options mk) on a Faulty,
 // arms ft, takes one background-policy merge step, and checks the store:
 // the step fails or not, the store keeps answering exactly (or has
@@ -1175,14 +1169,26 @@ func mergeFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault, mk func(vfs.FS
 // pass, every operation of that kind from there on) at each operation of
 // every kind the rewrite of S performs, with and without mappings.
 func TestGarbageFaultEveryOp(t *testing.T) {
+	faultEveryMergeOp(t, garbageOpts, bgFaultFixture, bgFaultKeys(), 6, false)
+}
+
+// faultEveryMergeOp counts each kind of operation one clean merge step of
+// the fixture performs (with and without mappings), then, for each kind,
+// injects one error at spread evenly spaced operations of that kind (and,
+// a second pass, at every operation of that kind from there on) and checks
+// each step with mergeFaultRun. noMapReadsOnly skips the kinds other than
+// reads without mappings, where only the reads differ.
+func faultEveryMergeOp(t *testing.T, mk func(vfs.FS) *Options, fixture func(*testing.T, *Options) model,
+	keys []string, spread int64, noMapReadsOnly bool) {
+	t.Helper()
 	ops := []vfs.Op{vfs.OpRead, vfs.OpWrite, vfs.OpFileSync, vfs.OpDirSync, vfs.OpCreate, vfs.OpRemove, vfs.OpRename, vfs.OpOpen, vfs.OpTruncate}
 	for _, noMap := range []bool{false, true} {
 		// Count each kind's operations in a clean step.
 		mem := vfs.NewMem()
 		fy := vfs.NewFaulty(mem)
-		o := garbageOpts(fy)
+		o := mk(fy)
 		o.DisableMmap = noMap
-		bgFaultFixture(t, o)
+		fixture(t, o)
 		s := mustOpen(t, "/db", o)
 		before := fy.Stats().Seen
 		did, err := s.mergeStep(context.Background(), false)
@@ -1192,15 +1198,18 @@ func TestGarbageFaultEveryOp(t *testing.T) {
 		checkAndClose(t, s)
 		tally := map[string]int{}
 		for _, op := range ops {
+			if noMap && noMapReadsOnly && op != vfs.OpRead {
+				continue
+			}
 			n := after[op] - before[op]
-			stride := max(1, n/6) // reads: a spread of them
+			stride := max(1, n/spread)
 			for nth := int64(1); nth <= n; nth += stride {
 				for _, persistent := range []bool{false, true} {
 					if persistent && nth > 1 && op != vfs.OpRead {
 						continue // a persistent fault from the first op covers the later ones
 					}
 					ft := vfs.Fault{Op: op, Nth: nth, Persistent: persistent}
-					stepErr, failed := bgFaultRun(t, noMap, &ft)
+					stepErr, failed := mergeFaultRun(t, noMap, &ft, mk, fixture, keys)
 					switch {
 					case failed:
 						tally["failed"]++

@@ -415,63 +415,17 @@ func TestRunMergeFixtureExact(t *testing.T) {
 	checkAndClose(t, s)
 }
 
-// rmFaultRun is mergeFaultRun on the merge of R1 and R2 (rmRunFixture).
-func rmFaultRun(t *testing.T, disableMmap bool, ft *vfs.Fault) (stepErr error, failed bool) {
-	t.Helper()
-	fixture := func(t *testing.T, o *Options) model {
-		m, _ := rmRunFixture(t, o)
-		return m
-	}
-	return mergeFaultRun(t, disableMmap, ft, rmRunOpts, fixture, rmRunKeys())
-}
-
 // TestRunMergeFaultEveryOp: one injected I/O error (and, a second pass,
 // every operation of that kind from there on) at a spread of the
 // operations of every kind a merge of two segments with a newer and an
 // older neighbour performs (the reads also without mappings): the step
 // fails whole or commits a correct output, never a partial one.
 func TestRunMergeFaultEveryOp(t *testing.T) {
-	ops := []vfs.Op{vfs.OpRead, vfs.OpWrite, vfs.OpFileSync, vfs.OpDirSync, vfs.OpCreate, vfs.OpRemove, vfs.OpRename, vfs.OpOpen, vfs.OpTruncate}
-	for _, noMap := range []bool{false, true} {
-		mem := vfs.NewMem()
-		fy := vfs.NewFaulty(mem)
-		o := rmRunOpts(fy)
-		o.DisableMmap = noMap
-		rmRunFixture(t, o)
-		s := mustOpen(t, "/db", o)
-		before := fy.Stats().Seen
-		did, err := s.mergeStep(context.Background(), false)
-		require.NoError(t, err)
-		require.True(t, did)
-		after := fy.Stats().Seen
-		checkAndClose(t, s)
-		tally := map[string]int{}
-		for _, op := range ops {
-			if noMap && op != vfs.OpRead {
-				continue // without mappings only the reads differ
-			}
-			n := after[op] - before[op]
-			stride := max(1, n/3)
-			for nth := int64(1); nth <= n; nth += stride {
-				for _, persistent := range []bool{false, true} {
-					if persistent && nth > 1 && op != vfs.OpRead {
-						continue
-					}
-					ft := vfs.Fault{Op: op, Nth: nth, Persistent: persistent}
-					stepErr, failed := rmFaultRun(t, noMap, &ft)
-					switch {
-					case failed:
-						tally["failed"]++
-					case stepErr != nil:
-						tally["step error"]++
-					default:
-						tally["no effect"]++
-					}
-				}
-			}
-		}
-		t.Logf("nomap %v: outcomes %v", noMap, tally)
+	fixture := func(t *testing.T, o *Options) model {
+		m, _ := rmRunFixture(t, o)
+		return m
 	}
+	faultEveryMergeOp(t, rmRunOpts, fixture, rmRunKeys(), 3, true)
 }
 
 // TestRunMergeDamagedIndex: a byte of the index of O (older: it decides
