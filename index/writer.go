@@ -134,7 +134,9 @@ func (iw *Writer) Add(e Entry) error {
 		// (Between the first and last keys, every key has their prefix.)
 		return iw.fail(fmt.Errorf("%w: entry %d (key %q) is after the announced last key %q", ErrInvalidEntries, i, truncKey(e.Key), truncKey(iw.p.LastKey)))
 	}
-	if i > 0 && e.Offset <= iw.prev.Offset {
+	// Keys of one block of a block data file share its offset: equal
+	// offsets are still in order.
+	if i > 0 && e.Offset < iw.prev.Offset {
 		iw.inKeyOrder = false
 	}
 	iw.filter.Add(e.Key)

@@ -8,11 +8,13 @@
 //
 //	offset  size  field
 //	0       8     magic "segkvdat"
-//	8       4     format version, little endian (currently 2)
+//	8       4     format version, little endian: 2 for files the write
+//	              path appends to, 3 for merge outputs (block.go)
 //	12      4     reserved, zero
 //
 // Version 2 (written since range tombstones) differs from version 1 only in
-// allowing kind 4 records; both are read.
+// allowing kind 4 records; both are read. Version 3 (BlockVersion) groups
+// the records of each frame into one compressed block (see block.go).
 //
 //	16      ...   wal frames (see package wal), back to back
 //
@@ -137,8 +139,8 @@ func CheckHeader(path string, h []byte) error {
 	if string(h[:8]) != Magic {
 		return corruption.New(path, 0, "bad magic %q", h[:8])
 	}
-	if v := binary.LittleEndian.Uint32(h[8:]); v < MinVersion || v > Version {
-		return corruption.New(path, 8, "unknown data file version %d (this build reads %d to %d)", v, MinVersion, Version)
+	if v := binary.LittleEndian.Uint32(h[8:]); v < MinVersion || v > BlockVersion {
+		return corruption.New(path, 8, "unknown data file version %d (this build reads %d to %d)", v, MinVersion, BlockVersion)
 	}
 	if binary.LittleEndian.Uint32(h[12:]) != 0 {
 		return corruption.New(path, 12, "reserved header field is not zero")
@@ -173,8 +175,12 @@ func UpgradeHeader(f vfs.File, path string) (bool, error) {
 	if err := CheckHeader(path, h); err != nil {
 		return false, err
 	}
-	if HeaderVersion(h) == Version {
+	switch HeaderVersion(h) {
+	case Version:
 		return false, nil
+	case BlockVersion:
+		// Only a merge writes block files, and never appends to one.
+		return false, corruption.New(path, 8, "a block data file (version %d) cannot receive appends", BlockVersion)
 	}
 	if _, err := f.WriteAt([]byte{Version}, 8); err != nil {
 		return false, fmt.Errorf("segment: upgrade header of %s: %w", path, err)
@@ -387,7 +393,8 @@ type ReplayResult struct {
 
 // Replay reads the data file at path from its header to limit (or to its
 // size when limit < 0), verifying every frame and record, and calls fn for each
-// put or delete record in file order. A torn tail is reported in the result,
+// put, delete or range delete record in file order, with its location (in a
+// block file, the location of its block: see block.go). A torn tail is reported in the result,
 // not as an error; damage a crash cannot produce is a *corruption.Error.
 func Replay(fsys vfs.FS, path string, limit int64, fn func(r Record, off int64, length int) error) (ReplayResult, error) {
 	f, err := fsys.Open(path)
@@ -426,11 +433,9 @@ func ReplayFile(f vfs.File, path string, limit int64, fn func(r Record, off int6
 	}
 	first := true
 	version := HeaderVersion(h)
+	var scratch []byte
 	res.Scan, err = wal.Scan(f, path, HeaderSize, limit, func(frameOff int64, payload []byte) error {
-		return ForEachRecord(path, frameOff, payload, func(r Record, off int64, length int) error {
-			if err := CheckKind(path, version, off, r.Kind); err != nil {
-				return err
-			}
+		return ForEachFrameRecord(path, version, frameOff, payload, MaxBlockRecords, &scratch, func(r Record, off int64, length int) error {
 			if r.Kind == KindLink {
 				id, plen, ok := ParseLink(r)
 				if !ok || !first {

@@ -129,12 +129,23 @@ func (s *Store) checkSegment(sg *sealed) error {
 	if uint64(ix.Len()) != sg.meta.Keys {
 		return fmt.Errorf("segkv: check %s: index has %d keys, manifest %d", sg.df.path, ix.Len(), sg.meta.Keys)
 	}
+	blocks, err := sg.df.blockFormat()
+	if err != nil {
+		return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
+	}
+	var cache blockCache
+	defer cache.reset()
 	for i := 0; i < ix.Len(); i++ {
 		e, err := ix.At(i)
 		if err != nil {
 			return fmt.Errorf("segkv: check %s entry %d: %w", sg.df.path, i, err)
 		}
-		rec, err := segment.ReadRecord(h.f, sg.df.path, e.Offset, int(e.Length), e.Key)
+		var rec segment.Record
+		if blocks {
+			rec, _, err = cache.blockRecord(sg.df, e.Offset, e.Length, e.Kind, e.Key)
+		} else {
+			rec, err = segment.ReadRecord(h.f, sg.df.path, e.Offset, int(e.Length), e.Key)
+		}
 		if err != nil {
 			return fmt.Errorf("segkv: check %s entry %d: %w", sg.df.path, i, err)
 		}

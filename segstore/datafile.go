@@ -39,6 +39,8 @@ type dataFile struct {
 	sealedLen atomic.Int64
 	mapped    atomic.Pointer[fileMap]
 	mapMu     sync.Mutex
+	// format is formatRecords or formatBlocks once known (blockread.go).
+	format atomic.Uint32
 	noMap     bool // mapMu held: mapping failed, is unsupported, or is over
 	// indexes are the loaded indexes of the file's segment (mapMu held),
 	// closed with the mapping when the last pin goes: a seal's heap index

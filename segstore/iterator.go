@@ -48,6 +48,9 @@ type iterState struct {
 	m      mergingIter // the snapshot's live directories and segments
 	cur    iterEntry
 	recBuf []byte // reused by AppendValue to read a record into
+	// blocks holds the block last read from each block file, so that a
+	// scan decodes a block once for all its keys.
+	blocks blockCache
 	// liveCursor is the live file's cursor (a second live file, one being
 	// sealed, gets one of its own).
 	liveCursor liveCursor
@@ -63,6 +66,7 @@ func (st *iterState) release() {
 	st.ownSn.reset()
 	st.cur = iterEntry{}
 	st.recBuf = st.recBuf[:0]
+	st.blocks.reset()
 	st.liveCursor = liveCursor{}
 	iterStates.Put(st)
 }
@@ -323,7 +327,7 @@ func (it *Iterator) readCurrent(buf []byte) (value, _ []byte, err error) {
 		it.err = ErrClosed
 		return nil, buf, ErrClosed
 	}
-	value, buf, err = it.sn.s.readRecord(it.cur.df, buf, it.cur.off, it.cur.length, it.cur.kind, it.key)
+	value, buf, err = it.sn.s.readRecordCached(it.cur.df, &it.blocks, buf, it.cur.off, it.cur.length, it.cur.kind, it.key)
 	if err != nil {
 		it.err = err
 	}

@@ -414,16 +414,20 @@ func (s *Store) writeMerged(ctx context.Context, run []*sealed, dropTombstones b
 	return s.buildOrderedSegment(ctx, df, length, digest, w.keys, w.firstKey, w.lastKey, w.records, maxOrder)
 }
 
-// mergeWriter appends a merge's output records to its file in frames of
-// about mergeFrameBytes, paced by MergeOptions.BytesPerSecond, and keeps
-// what the output's index needs: the point records' count and first and
-// last keys, and the record count.
+// mergeWriter appends a merge's output records to its file in blocks of
+// about blockBytes (segment.BlockVersion: each block one frame, compressed
+// unless Options.DisableCompression), written out about mergeFrameBytes at
+// a time and paced by MergeOptions.BytesPerSecond, and keeps what the
+// output's index needs: the point records' count and first and last keys,
+// and the record count.
 type mergeWriter struct {
 	s       *Store
 	ctx     context.Context
 	out     *digestWriter
-	payload []byte
-	frame   []byte
+	codec   segment.Codec
+	block   []byte // the records of the block being filled
+	payload []byte // the block's payload, compressed
+	frames  []byte // whole frames not written yet
 	started time.Time
 	written int64
 
@@ -432,6 +436,11 @@ type mergeWriter struct {
 	lastKey  []byte
 	records  uint64
 }
+
+// blockBytes is the size of the records a merge puts in one block: a
+// block ends at the first record that takes it to blockBytes or more.
+// docs/BENCH.md has the measurement behind it.
+const blockBytes = 4 << 10
 
 // createMergeOutput creates the output's ".seg" file under a new id and
 // writes its header.
@@ -442,8 +451,12 @@ func (s *Store) createMergeOutput(ctx context.Context) (*dataFile, *mergeWriter,
 	if err != nil {
 		return nil, nil, fmt.Errorf("segkv: create merge output: %w", err)
 	}
-	w := &mergeWriter{s: s, ctx: ctx, out: newDigestWriter(s.timedSyncs(f), df.path), started: time.Now()}
-	if err := w.out.write(segment.Header()); err != nil {
+	w := &mergeWriter{s: s, ctx: ctx, out: newDigestWriter(s.timedSyncs(f), df.path), started: time.Now(), codec: segment.CodecS2}
+	if s.opts.DisableCompression {
+		w.codec = segment.CodecNone
+	}
+	df.setFormat(segment.BlockVersion)
+	if err := w.out.write(segment.HeaderVersioned(segment.BlockVersion)); err != nil {
 		w.out.discard(s.fs)
 		return nil, nil, err
 	}
@@ -471,34 +484,64 @@ func (s *Store) acquireInputs(run []*sealed) (handles []*fileHandle, release fun
 	}, nil
 }
 
-// add appends one record, flushing a frame once the payload is full.
+// add appends one record to the block being filled, ending the block
+// first when the record is large (it then starts a block of its own, and
+// reads of the small records before it do not decode it), and after it
+// once the block is full.
 func (w *mergeWriter) add(rec []byte) error {
-	w.payload = append(w.payload, rec...)
+	if len(w.block) > 0 && len(w.block)+len(rec) > 2*blockBytes {
+		if err := w.endBlock(); err != nil {
+			return err
+		}
+	}
+	w.block = append(w.block, rec...)
 	w.records++
-	if len(w.payload) >= mergeFrameBytes {
-		return w.flush()
+	if len(w.block) >= blockBytes {
+		return w.endBlock()
 	}
 	return nil
 }
 
-// flush writes the payload as one frame, then waits as long as the rate
-// limit asks; it returns the context's error, so a cancelled merge stops
-// at its next frame.
-func (w *mergeWriter) flush() error {
-	if len(w.payload) == 0 {
+// endBlock turns the records gathered into one block frame, and writes
+// the frames out once they reach mergeFrameBytes.
+func (w *mergeWriter) endBlock() error {
+	if len(w.block) == 0 {
 		return nil
 	}
-	w.frame = wal.AppendFrame(w.frame[:0], w.payload, 0)
-	off := w.out.off
-	if err := w.out.write(w.frame); err != nil {
+	w.payload = segment.AppendBlock(w.payload[:0], w.block, w.codec)
+	w.frames = wal.AppendFrame(w.frames, w.payload, 0)
+	w.block = w.block[:0]
+	if len(w.frames) >= mergeFrameBytes {
+		return w.writeFrames()
+	}
+	return nil
+}
+
+// flush ends the block being filled and writes every frame out.
+func (w *mergeWriter) flush() error {
+	if err := w.endBlock(); err != nil {
 		return err
 	}
-	// Each frame goes to the device as it is written, not all at once at
+	return w.writeFrames()
+}
+
+// writeFrames writes the frames gathered, then waits as long as the rate
+// limit asks; it returns the context's error, so a cancelled merge stops
+// at its next write.
+func (w *mergeWriter) writeFrames() error {
+	if len(w.frames) == 0 {
+		return nil
+	}
+	off := w.out.off
+	if err := w.out.write(w.frames); err != nil {
+		return err
+	}
+	// The frames go to the device as they are written, not all at once at
 	// the output's fdatasync: a durable write's barrier on the same disk
-	// then waits behind at most a frame or two of merge output.
-	w.out.startWriteback(off, int64(len(w.frame)))
-	w.written += int64(len(w.frame))
-	w.payload = w.payload[:0]
+	// then waits behind at most a MiB or two of merge output.
+	w.out.startWriteback(off, int64(len(w.frames)))
+	w.written += int64(len(w.frames))
+	w.frames = w.frames[:0]
 	if bps := w.s.mergeOpts.BytesPerSecond; bps > 0 {
 		// Pace the background copy; no writer waits on this sleep.
 		due := w.started.Add(time.Duration(float64(w.written) / float64(bps) * float64(time.Second)))
@@ -530,7 +573,8 @@ func (w *mergeWriter) writeRanges(run []*sealed, dropTombstones bool) error {
 			return err
 		}
 	}
-	return nil
+	// A block holds range tombstones or point records, never both.
+	return w.endBlock()
 }
 
 // writeSurvivors walks the inputs' indexes in key order together, as a
@@ -543,6 +587,10 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 	var m mergingIter
 	m.srcs = make([]iterSource, 0, len(run))
 	maps := make([]*fileMap, len(run))
+	// caches[i] holds input i's current block when it is a block file,
+	// found out at the first record read from it.
+	caches := make([]*blockCache, len(run))
+	formatKnown := make([]bool, len(run))
 	for i := len(run) - 1; i >= 0; i-- {
 		m.addSegment(run[i].df, run[i].index())
 		maps[i] = run[i].df.reader()
@@ -584,8 +632,18 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 			continue
 		}
 		in := len(run) - 1 - prio
+		if !formatKnown[in] {
+			blocks, err := run[in].df.blockFormat()
+			if err != nil {
+				return fmt.Errorf("segkv: merge: %w", err)
+			}
+			if blocks {
+				caches[in] = new(blockCache)
+			}
+			formatKnown[in] = true
+		}
 		var rec []byte
-		if rec, buf, err = readMergeRecord(run[in], maps[in], handles[in], e, buf); err != nil {
+		if rec, buf, err = readMergeRecord(run[in], maps[in], handles[in], caches[in], key, e, buf); err != nil {
 			return err
 		}
 		if w.keys == 0 {
@@ -600,11 +658,16 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 	return w.flush()
 }
 
-// readMergeRecord returns the record e of input sg, verified: from the
+// readMergeRecord returns the record e (of key) of input sg, verified:
+// from its block through c when the input is a block file, else from the
 // input's mapping m when it has one (the run is pinned: no system call per
-// record, and the copy into the payload is the only one), else read into
-// buf (grown if needed) through h.
-func readMergeRecord(sg *sealed, m *fileMap, h *fileHandle, e iterEntry, buf []byte) (rec, _ []byte, err error) {
+// record, and the copy into the output block is the only one), else read
+// into buf (grown if needed) through h.
+func readMergeRecord(sg *sealed, m *fileMap, h *fileHandle, c *blockCache, key []byte, e iterEntry, buf []byte) (rec, _ []byte, err error) {
+	if c != nil {
+		_, rec, err = c.blockRecord(sg.df, e.off, e.length, e.kind, key)
+		return rec, buf, err
+	}
 	if m != nil && e.off+int64(e.length) <= int64(len(m.data)) {
 		rec = m.data[e.off : e.off+int64(e.length)]
 	} else {

@@ -72,6 +72,11 @@ type Options struct {
 	MaxOpenFiles int
 	// Merge tunes (or disables) the background merge.
 	Merge MergeOptions
+	// DisableCompression makes merges store their output blocks raw
+	// instead of S2-compressed. Merged data is still written in key-ordered
+	// blocks; files written either way are read by every build that reads
+	// block files, whatever this option says.
+	DisableCompression bool
 	// DisableMmap makes reads of sealed segments use pread instead of a
 	// read-only memory mapping. A mapping saves a system call per read,
 	// but an I/O error on a mapped page (or the file being cut short

@@ -99,6 +99,9 @@ type Store struct {
 	hooks testHooks // zero outside tests
 
 	batchPool sync.Pool // of *batchBuffers, see Batch.recycle
+	// blockCaches are the decoded-block buffers point reads of block files
+	// borrow (*blockCache, always reset).
+	blockCaches sync.Pool
 
 	// closed is set when Close begins: from then on every call but Close's
 	// own work returns ErrClosed. Writers check it under writeMu, readers of
@@ -818,6 +821,21 @@ func (s *Store) readValue(d *dataFile, off int64, length uint32, kind segment.Re
 // and that it holds key with the kind the index gave, and returns its value
 // with the buffer it aliases. The caller keeps d pinned (or holds mu).
 func (s *Store) readRecord(d *dataFile, buf []byte, off int64, length uint32, kind segment.RecordKind, key []byte) (value, _ []byte, err error) {
+	return s.readRecordCached(d, nil, buf, off, length, kind, key)
+}
+
+// readRecordCached is readRecord reading a block file's blocks through c
+// (nil: a cache borrowed for this read).
+func (s *Store) readRecordCached(d *dataFile, c *blockCache, buf []byte, off int64, length uint32, kind segment.RecordKind, key []byte) (value, _ []byte, err error) {
+	if d.format.Load() != formatRecords {
+		blocks, err := d.blockFormat()
+		if err != nil {
+			return nil, buf, err
+		}
+		if blocks {
+			return s.readBlockValue(d, c, buf, off, length, kind, key)
+		}
+	}
 	var got segment.RecordKind
 	if m := d.reader(); m != nil && off >= 0 && off+int64(length) <= int64(len(m.data)) {
 		// Copied out of the mapping, then verified: the bytes returned are

@@ -357,6 +357,9 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	if err := out.write(hdr); err != nil {
 		return nil, err
 	}
+	version := segment.HeaderVersion(hdr)
+	df.setFormat(version)
+	var scratch []byte // a block's decoded records
 	ib := index.NewBuilder()
 	var records uint64
 	first := true
@@ -374,10 +377,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 			return nil, err
 		}
 		frameOff := out.off
-		err = segment.ForEachRecord(name, frameOff, payload, func(rec segment.Record, recOff int64, n int) error {
-			if err := segment.CheckKind(name, segment.HeaderVersion(hdr), recOff, rec.Kind); err != nil {
-				return err
-			}
+		err = segment.ForEachFrameRecord(name, version, frameOff, payload, maxBatchPayload, &scratch, func(rec segment.Record, recOff int64, n int) error {
 			if rec.Kind == segment.KindLink {
 				if _, _, ok := segment.ParseLink(rec); !ok || !first {
 					return corruption.New(name, recOff, "misplaced or malformed link record")

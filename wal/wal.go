@@ -478,3 +478,24 @@ func (w *window) get(off int64, n int) ([]byte, error) {
 	w.base, w.buf = off, w.buf[:m]
 	return w.buf[:min(n, m)], nil
 }
+
+// CheckFrame verifies that b holds exactly one whole frame, read from file
+// offset off of the file at path, and returns its payload (aliasing b). It
+// is the check a reader makes when an index sent it straight to a frame,
+// without a scan: a frame that does not verify is a *corruption.Error.
+func CheckFrame(b []byte, path string, off int64) ([]byte, error) {
+	if len(b) < HeaderSize+1 {
+		return nil, corruption.New(path, off, "frame of %d bytes is too short", len(b))
+	}
+	h := decodeHeader(b)
+	if reason := h.check(off, off+int64(len(b)), MaxPayload); reason != "" {
+		return nil, corruption.New(path, off, "%s", reason)
+	}
+	if int(h.n) != len(b)-HeaderSize {
+		return nil, corruption.New(path, off, "frame holds %d payload bytes, %d expected", h.n, len(b)-HeaderSize)
+	}
+	if got := xxhash.Sum64(b[8:]); got != h.sum {
+		return nil, corruption.New(path, off, "frame checksum %016x, want %016x", got, h.sum)
+	}
+	return b[HeaderSize:], nil
+}

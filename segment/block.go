@@ -1,0 +1,242 @@
+package segment
+
+import (
+	"bytes"
+	"encoding/binary"
+	"fmt"
+	"slices"
+
+	"github.com/klauspost/compress/s2"
+
+	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/wal"
+)
+
+// # Block data files (version 3)
+//
+// A merge writes its output in key order, and a version-3 data file holds
+// such output as blocks: each wal frame's payload is one block, a few KiB
+// of whole records (the record format above, unchanged) compressed
+// together.
+//
+//	size  field
+//	1     codec: 0 stored raw, 1 S2 (github.com/klauspost/compress/s2,
+//	      block format, not the stream format)
+//	...   body: the records, concatenated (codec 0), or their S2 encoding,
+//	      which starts with the records' length as a uvarint (codec 1)
+//
+// The records of one block are range tombstones only, or point records
+// (puts and deletes) only, the latter in strictly ascending key order; a
+// block holds no link record, and no more than MaxBlockRecords bytes of
+// records. The frame checksum covers the body as stored;
+// each record keeps its own checksum, so what a decoder hands back is
+// verified record by record as in every other data file. An index entry of
+// a version-3 file names the block holding the key (the frame's offset and
+// its whole length, header included), not the record.
+
+// BlockVersion is the version of data files whose frames each carry one
+// block. Only a merge writes it; live files stay at Version.
+const BlockVersion = 3
+
+// Codec is how a block's body is stored.
+type Codec uint8
+
+// Codecs.
+const (
+	// CodecNone stores the records as they are.
+	CodecNone Codec = 0
+	// CodecS2 stores them S2-compressed (block format).
+	CodecS2 Codec = 1
+)
+
+// MaxBlockRecords is the most record bytes one block may decode to, so that
+// a damaged length cannot make a reader allocate more: the frame payload
+// limit, which no writer's block reaches. A reader of untrusted input (an
+// import) passes DecodeBlock a lower limit of its own.
+const MaxBlockRecords = wal.MaxPayload
+
+// HeaderVersioned returns the bytes of a data file header of the given
+// version (Version or BlockVersion).
+func HeaderVersioned(version uint32) []byte {
+	h := Header()
+	binary.LittleEndian.PutUint32(h[8:], version)
+	return h
+}
+
+// AppendBlock appends to dst the payload of a block holding records (whole
+// encoded records, concatenated), compressed with codec unless that does not
+// make it smaller, in which case it is stored raw.
+func AppendBlock(dst, records []byte, codec Codec) []byte {
+	start := len(dst)
+	if codec == CodecS2 {
+		if need := s2.MaxEncodedLen(len(records)); need > 0 {
+			dst = slices.Grow(dst, 1+need)[:start+1+need]
+			dst[start] = byte(CodecS2)
+			// Encode writes into dst, which is long enough.
+			if enc := s2.Encode(dst[start+1:], records); len(enc) < len(records) {
+				return dst[:start+1+len(enc)]
+			}
+			dst = dst[:start]
+		}
+	}
+	dst = append(dst, byte(CodecNone))
+	return append(dst, records...)
+}
+
+// DecodeBlock returns the records the block payload holds: a slice of
+// payload when stored raw, else decompressed into dst (grown when its
+// capacity is short; the grown buffer is returned for reuse). It checks the
+// codec and the decoded size only (at most limit bytes); the records are verified by whoever walks
+// them (ForEachBlockRecord, FindInBlock). path and off (the frame's offset)
+// name the block in errors, which are *corruption.Error.
+func DecodeBlock(dst, payload []byte, limit int, path string, off int64) (records, buf []byte, err error) {
+	if len(payload) < 2 {
+		return nil, dst, corruption.New(path, off, "block of %d bytes holds no record", len(payload))
+	}
+	body := payload[1:]
+	switch Codec(payload[0]) {
+	case CodecNone:
+		return body, dst, nil
+	case CodecS2:
+		n, err := s2.DecodedLen(body)
+		if err != nil {
+			return nil, dst, corruption.New(path, off, "block does not decompress: %v", err)
+		}
+		if n <= 0 || n > limit {
+			return nil, dst, corruption.New(path, off, "block decompresses to %d bytes (limit %d)", n, limit)
+		}
+		if cap(dst) < n {
+			dst = make([]byte, n)
+		}
+		out, err := s2.Decode(dst[:n], body)
+		if err != nil {
+			return nil, dst, corruption.New(path, off, "block does not decompress: %v", err)
+		}
+		return out, dst, nil
+	}
+	return nil, dst, corruption.New(path, off, "unknown block codec %d", payload[0])
+}
+
+// ForEachBlockRecord decodes and verifies every record of a decoded block
+// (what DecodeBlock returned for the frame at frameOff) and calls fn for
+// each, with the block's location (frameOff and frameLen, the whole frame)
+// in place of the record's: that is what an index of a block file records.
+// A block that breaks the rules above (a link record, range tombstones mixed
+// with point records, point keys not strictly ascending) is corruption.
+func ForEachBlockRecord(path string, frameOff int64, frameLen int, records []byte, fn func(r Record, off int64, length int) error) error {
+	var prev []byte
+	var ranges, points bool
+	for pos := 0; pos < len(records); {
+		r, n, err := DecodeRecord(records[pos:])
+		if err != nil {
+			return corruption.New(path, frameOff, "record %d bytes into the block: %v", pos, err)
+		}
+		switch r.Kind {
+		case KindLink:
+			return corruption.New(path, frameOff, "link record in a block")
+		case KindRangeDelete:
+			ranges = true
+		default:
+			if points && bytes.Compare(prev, r.Key) >= 0 {
+				return corruption.New(path, frameOff, "block keys out of order: %q after %q", r.Key, prev)
+			}
+			points, prev = true, r.Key
+		}
+		if ranges && points {
+			return corruption.New(path, frameOff, "block mixes range tombstones and point records")
+		}
+		if err := fn(r, frameOff, frameLen); err != nil {
+			return err
+		}
+		pos += n
+	}
+	return nil
+}
+
+// FindInBlock returns the point record (put or delete) for key in a decoded
+// block whose frame is at off, verified; found is false when the block has
+// none. It decodes record headers only until it reaches key (the block's
+// point keys ascend), and verifies the record it returns. The record, and
+// raw, its whole encoding, alias records.
+func FindInBlock(records []byte, key []byte, path string, off int64) (r Record, raw []byte, found bool, err error) {
+	for pos := 0; pos < len(records); {
+		kind, klen, vlen, hdr, ok := recordHeader(records[pos:])
+		if !ok {
+			return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block is malformed", pos)
+		}
+		n := hdr + klen + vlen + recordTrailer
+		if kind == KindPut || kind == KindDelete {
+			c := bytes.Compare(records[pos+hdr:pos+hdr+klen], key)
+			if c == 0 {
+				raw = records[pos : pos+n]
+				r, _, err := DecodeRecord(raw)
+				if err != nil {
+					return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block: %v", pos, err)
+				}
+				return r, raw, true, nil
+			}
+			if c > 0 {
+				return Record{}, nil, false, nil
+			}
+		}
+		pos += n
+	}
+	return Record{}, nil, false, nil
+}
+
+// recordHeader parses the kind and lengths at the start of b and checks
+// that the whole record fits in b, without verifying its checksum.
+func recordHeader(b []byte) (kind RecordKind, klen, vlen, hdr int, ok bool) {
+	if len(b) < 3+recordTrailer {
+		return 0, 0, 0, 0, false
+	}
+	kind = RecordKind(b[0])
+	k, m := binary.Uvarint(b[1:])
+	if m <= 0 {
+		return 0, 0, 0, 0, false
+	}
+	v, m2 := binary.Uvarint(b[1+m:])
+	if m2 <= 0 {
+		return 0, 0, 0, 0, false
+	}
+	hdr = 1 + m + m2
+	rest := uint64(len(b) - hdr)
+	if k > rest || v > rest-k || rest-k-v < recordTrailer {
+		return 0, 0, 0, 0, false
+	}
+	return kind, int(k), int(v), hdr, true
+}
+
+// ForEachFrameRecord decodes every record of the frame at frameOff whose
+// payload is given, in a data file of the given version: the records
+// themselves (ForEachRecord) in versions 1 and 2, the records of its block
+// (DecodeBlock, ForEachBlockRecord) in version 3, decompressed into
+// *scratch, at most limit bytes of them. Each record is checked against
+// what its file's version may hold.
+func ForEachFrameRecord(path string, version uint32, frameOff int64, payload []byte, limit int, scratch *[]byte, fn func(r Record, off int64, length int) error) error {
+	if version < BlockVersion {
+		return ForEachRecord(path, frameOff, payload, func(r Record, off int64, length int) error {
+			if err := CheckKind(path, version, off, r.Kind); err != nil {
+				return err
+			}
+			return fn(r, off, length)
+		})
+	}
+	records, buf, err := DecodeBlock(*scratch, payload, limit, path, frameOff)
+	*scratch = buf
+	if err != nil {
+		return err
+	}
+	return ForEachBlockRecord(path, frameOff, wal.HeaderSize+len(payload), records, fn)
+}
+
+// String names the codec.
+func (c Codec) String() string {
+	switch c {
+	case CodecNone:
+		return "none"
+	case CodecS2:
+		return "s2"
+	}
+	return fmt.Sprintf("codec %d", uint8(c))
+}
