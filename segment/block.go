@@ -72,8 +72,8 @@ func AppendBlock(dst, records []byte, codec Codec) []byte {
 		if need := s2.MaxEncodedLen(len(records)); need > 0 {
 			dst = slices.Grow(dst, 1+need)[:start+1+need]
 			dst[start] = byte(CodecS2)
-			// Encode writes into dst, which is long enough.
-			if enc := s2.Encode(dst[start+1:], records); len(enc) < len(records) {
+			// EncodeBetter writes into dst, which is long enough.
+			if enc := s2.EncodeBetter(dst[start+1:], records); len(enc) < len(records) {
 				return dst[:start+1+len(enc)]
 			}
 			dst = dst[:start]

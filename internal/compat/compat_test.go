@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/segstore"
 )
 
@@ -89,7 +90,16 @@ func TestOldStores(t *testing.T) {
 			require.NoError(t, s.Seal())
 			require.NoError(t, s.Compact(context.Background()))
 			require.Equal(t, string(want), dump(t, s), "after Seal and Compact")
-			require.Len(t, s.Segments(), 1, "Compact merges every sealed segment into one")
+			segs := s.Segments()
+			require.Len(t, segs, 1, "Compact merges every sealed segment into one")
+			// ... of today's format: a block data file.
+			h := make([]byte, segment.HeaderSize)
+			f, err := os.Open(filepath.Join(dir, segment.DataName(segs[0].ID, segment.KindSeg)))
+			require.NoError(t, err)
+			_, err = f.ReadAt(h, 0)
+			require.NoError(t, err)
+			require.NoError(t, f.Close())
+			require.EqualValues(t, segment.BlockVersion, segment.HeaderVersion(h))
 			require.NoError(t, s.Close())
 
 			s = open(t, dir)
