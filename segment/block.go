@@ -96,6 +96,9 @@ func DecodeBlock(dst, payload []byte, limit int, path string, off int64) (record
 	body := payload[1:]
 	switch Codec(payload[0]) {
 	case CodecNone:
+		if len(body) > limit {
+			return nil, dst, corruption.New(path, off, "block holds %d bytes of records (limit %d)", len(body), limit)
+		}
 		return body, dst, nil
 	case CodecS2:
 		n, err := s2.DecodedLen(body)
@@ -165,6 +168,13 @@ func FindInBlock(records []byte, key []byte, path string, off int64) (r Record, 
 			return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block is malformed", pos)
 		}
 		n := hdr + klen + vlen + recordTrailer
+		switch kind {
+		case KindPut, KindDelete, KindRangeDelete:
+		default:
+			// Skipping it could hide the key's own record behind a damaged
+			// kind byte, and a read would go on to older data.
+			return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block has kind %v", pos, kind)
+		}
 		if kind == KindPut || kind == KindDelete {
 			c := bytes.Compare(records[pos+hdr:pos+hdr+klen], key)
 			if c == 0 {
