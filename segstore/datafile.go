@@ -41,7 +41,7 @@ type dataFile struct {
 	mapMu     sync.Mutex
 	// format is formatRecords or formatBlocks once known (blockread.go).
 	format atomic.Uint32
-	noMap     bool // mapMu held: mapping failed, is unsupported, or is over
+	noMap  bool // mapMu held: mapping failed, is unsupported, or is over
 	// indexes are the loaded indexes of the file's segment (mapMu held),
 	// closed with the mapping when the last pin goes: a seal's heap index
 	// is replaced by its file's mapping while readers may still use it, so
