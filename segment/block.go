@@ -194,6 +194,88 @@ func FindInBlock(records []byte, key []byte, path string, off int64) (r Record, 
 	return Record{}, nil, false, nil
 }
 
+// BlockIndex is where each record of a decoded block starts, for lookups by
+// key without a walk (SearchBlock): made once per decoded block by
+// IndexBlock, reused by every read of that block.
+type BlockIndex struct {
+	offs   []int32 // start of each record; offs[len] == len(records)
+	points bool    // the records are point records (else range tombstones)
+}
+
+// IndexBlock finds where each record of a decoded block (the frame at off)
+// starts, into bi (its buffers reused). It checks what a lookup relies on:
+// every record header fits, no record is a link or of an unknown kind,
+// range tombstones and point records are not mixed, and point keys
+// strictly ascend. Checksums are verified when a record is read.
+func IndexBlock(bi *BlockIndex, records []byte, path string, off int64) error {
+	bi.offs, bi.points = bi.offs[:0], false
+	var ranges bool
+	var prev []byte
+	for pos := 0; pos < len(records); {
+		kind, klen, vlen, hdr, ok := recordHeader(records[pos:])
+		if !ok {
+			return corruption.New(path, off, "record %d bytes into the block is malformed", pos)
+		}
+		key := records[pos+hdr : pos+hdr+klen]
+		switch kind {
+		case KindPut, KindDelete:
+			if bi.points && bytes.Compare(prev, key) >= 0 {
+				return corruption.New(path, off, "block keys out of order: %q after %q", key, prev)
+			}
+			bi.points, prev = true, key
+		case KindRangeDelete:
+			ranges = true
+		default:
+			return corruption.New(path, off, "record %d bytes into the block has kind %v", pos, kind)
+		}
+		if ranges && bi.points {
+			return corruption.New(path, off, "block mixes range tombstones and point records")
+		}
+		bi.offs = append(bi.offs, int32(pos))
+		pos += hdr + klen + vlen + recordTrailer
+	}
+	bi.offs = append(bi.offs, int32(len(records)))
+	return nil
+}
+
+// Len is the number of records the block holds.
+func (bi *BlockIndex) Len() int { return max(len(bi.offs)-1, 0) }
+
+// Raw returns record i's whole encoding, unverified.
+func (bi *BlockIndex) Raw(records []byte, i int) []byte {
+	return records[bi.offs[i]:bi.offs[i+1]]
+}
+
+// key returns record i's key; IndexBlock checked its header.
+func (bi *BlockIndex) key(records []byte, i int) []byte {
+	_, klen, _, hdr, _ := recordHeader(records[bi.offs[i]:])
+	start := int(bi.offs[i]) + hdr
+	return records[start : start+klen]
+}
+
+// Search returns the index of key's point record in the block, trying
+// guess first (the record after or before the previous one read, in a
+// walk), then a binary search.
+func (bi *BlockIndex) Search(records []byte, key []byte, guess int) (int, bool) {
+	n := bi.Len()
+	if !bi.points || n == 0 {
+		return 0, false
+	}
+	if guess >= 0 && guess < n && bytes.Equal(bi.key(records, guess), key) {
+		return guess, true
+	}
+	lo, hi := 0, n
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if bytes.Compare(bi.key(records, mid), key) < 0 {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	return lo, lo < n && bytes.Equal(bi.key(records, lo), key)
+}
+
 // recordHeader parses the kind and lengths at the start of b and checks
 // that the whole record fits in b, without verifying its checksum.
 func recordHeader(b []byte) (kind RecordKind, klen, vlen, hdr int, ok bool) {
@@ -217,13 +299,30 @@ func recordHeader(b []byte) (kind RecordKind, klen, vlen, hdr int, ok bool) {
 	return kind, int(k), int(v), hdr, true
 }
 
+// FrameWalk is what a walk over the frames of one data file, in file order,
+// carries from frame to frame (ForEachFrameRecord): the buffer blocks
+// decode into, and what the rules that span blocks need. The zero value
+// starts a walk; a walk over another file needs a new one (or Reset).
+type FrameWalk struct {
+	scratch []byte
+	lastKey []byte // the last point key of the blocks walked so far
+	points  bool   // a block of point records was walked
+}
+
+// Reset starts a new walk, keeping the buffers.
+func (w *FrameWalk) Reset() {
+	w.lastKey, w.points = w.lastKey[:0], false
+}
+
 // ForEachFrameRecord decodes every record of the frame at frameOff whose
-// payload is given, in a data file of the given version: the records
-// themselves (ForEachRecord) in versions 1 and 2, the records of its block
-// (DecodeBlock, ForEachBlockRecord) in version 3, decompressed into
-// *scratch, at most limit bytes of them. Each record is checked against
-// what its file's version may hold.
-func ForEachFrameRecord(path string, version uint32, frameOff int64, payload []byte, limit int, scratch *[]byte, fn func(r Record, off int64, length int) error) error {
+// payload is given, the next frame of the walk w, in a data file of the
+// given version: the records themselves (ForEachRecord) in versions 1 and
+// 2, the records of its block (DecodeBlock, ForEachBlockRecord) in version
+// 3, at most limit bytes of them. Each record is checked against what its
+// file's version may hold; in a block file, also against the blocks before
+// it: point keys ascend from block to block, and no range tombstone comes
+// after a point record.
+func ForEachFrameRecord(path string, version uint32, frameOff int64, payload []byte, limit int, w *FrameWalk, fn func(r Record, off int64, length int) error) error {
 	if version < BlockVersion {
 		return ForEachRecord(path, frameOff, payload, func(r Record, off int64, length int) error {
 			if err := CheckKind(path, version, off, r.Kind); err != nil {
@@ -232,12 +331,28 @@ func ForEachFrameRecord(path string, version uint32, frameOff int64, payload []b
 			return fn(r, off, length)
 		})
 	}
-	records, buf, err := DecodeBlock(*scratch, payload, limit, path, frameOff)
-	*scratch = buf
+	records, buf, err := DecodeBlock(w.scratch, payload, limit, path, frameOff)
+	w.scratch = buf
 	if err != nil {
 		return err
 	}
-	return ForEachBlockRecord(path, frameOff, wal.HeaderSize+len(payload), records, fn)
+	first := true
+	return ForEachBlockRecord(path, frameOff, wal.HeaderSize+len(payload), records, func(r Record, off int64, length int) error {
+		if first {
+			// Within the block, ForEachBlockRecord checks the order.
+			first = false
+			switch {
+			case r.Kind == KindRangeDelete && w.points:
+				return corruption.New(path, frameOff, "block of range tombstones after blocks of point records")
+			case r.Kind != KindRangeDelete && w.points && bytes.Compare(w.lastKey, r.Key) >= 0:
+				return corruption.New(path, frameOff, "block starts at key %q, not after the previous block's last key %q", r.Key, w.lastKey)
+			}
+		}
+		if r.Kind != KindRangeDelete {
+			w.points, w.lastKey = true, append(w.lastKey[:0], r.Key...)
+		}
+		return fn(r, off, length)
+	})
 }
 
 // String names the codec.

@@ -95,10 +95,31 @@ func FuzzDecodeBlock(f *testing.F) {
 			require.Equal(t, toRec(d), toRec(r))
 		}
 
+		var bi BlockIndex
+		ierr := IndexBlock(&bi, records, "blk", 64)
+		if ierr != nil {
+			requireCorrupt(t, ierr, "blk", 64)
+		}
 		if ferr != nil {
 			requireCorrupt(t, ferr, "blk", 64)
 			return
 		}
+		// The block is valid: IndexBlock accepts it (it checks less) and
+		// Search finds what the walk reported, from any guess.
+		require.NoError(t, ierr)
+		require.Equal(t, all, bi.Len())
+		for i, p := range points {
+			for _, guess := range []int{-1, 0, i, i + 1, bi.Len()} {
+				j, ok := bi.Search(records, []byte(p.Key), guess)
+				require.True(t, ok, "key %q guess %d", p.Key, guess)
+				require.Equal(t, i, j)
+				d, _, err := DecodeRecord(bi.Raw(records, j))
+				require.NoError(t, err)
+				require.Equal(t, p, toRec(d))
+			}
+		}
+		_, sfound := bi.Search(records, key, 0)
+		require.Equal(t, found, sfound, "Search and FindInBlock disagree on %q", key)
 		// The block is valid: FindInBlock agrees with the walk.
 		if all > 0 && len(points) > 0 {
 			require.Equal(t, all, len(points), "a block mixing kinds was accepted")

@@ -494,10 +494,10 @@ func TestFindInBlockDamagedKind(t *testing.T) {
 func TestForEachFrameRecord(t *testing.T) {
 	points := []rec{{KindPut, "a", "1"}, {KindDelete, "b", ""}, {KindPut, "c", "333"}}
 	ranged := []rec{{KindPut, "a", "1"}, {KindRangeDelete, "b", "c"}}
-	collect := func(version uint32, frameOff int64, payload []byte, scratch *[]byte) ([]rec, [][2]int64, error) {
+	collect := func(version uint32, frameOff int64, payload []byte, w *FrameWalk) ([]rec, [][2]int64, error) {
 		var rs []rec
 		var locs [][2]int64
-		err := ForEachFrameRecord("f", version, frameOff, payload, MaxBlockRecords, scratch, func(r Record, off int64, length int) error {
+		err := ForEachFrameRecord("f", version, frameOff, payload, MaxBlockRecords, w, func(r Record, off int64, length int) error {
 			rs = append(rs, toRec(r))
 			locs = append(locs, [2]int64{off, int64(length)})
 			return nil
@@ -507,8 +507,8 @@ func TestForEachFrameRecord(t *testing.T) {
 
 	t.Run("versions 1 and 2 report each record", func(t *testing.T) {
 		for _, v := range []uint32{1, 2} {
-			var scratch []byte
-			rs, locs, err := collect(v, 1000, encodeRecs(points), &scratch)
+			var w FrameWalk
+			rs, locs, err := collect(v, 1000, encodeRecs(points), &w)
 			require.NoError(t, err)
 			require.Equal(t, points, rs)
 			base := int64(1000 + wal.HeaderSize)
@@ -517,60 +517,80 @@ func TestForEachFrameRecord(t *testing.T) {
 				{base + int64(EncodedLen(1, 1)), int64(EncodedLen(1, 0))},
 				{base + int64(EncodedLen(1, 1)+EncodedLen(1, 0)), int64(EncodedLen(1, 3))},
 			}, locs)
-			require.Nil(t, scratch)
+			require.Nil(t, w.scratch)
 		}
 	})
 
 	t.Run("version 1 refuses a range delete", func(t *testing.T) {
-		var scratch []byte
-		rs, _, err := collect(1, 0, encodeRecs(ranged), &scratch)
+		var w FrameWalk
+		rs, _, err := collect(1, 0, encodeRecs(ranged), &w)
 		requireCorrupt(t, err, "f", wal.HeaderSize+int64(EncodedLen(1, 1)))
 		require.Equal(t, ranged[:1], rs)
-		rs, _, err = collect(2, 0, encodeRecs(ranged), &scratch)
+		rs, _, err = collect(2, 0, encodeRecs(ranged), &w)
 		require.NoError(t, err)
 		require.Equal(t, ranged, rs)
 	})
 
 	t.Run("version 3 reports the block", func(t *testing.T) {
 		compressible := compressibleRecs(100)
-		var scratch []byte
+		var w FrameWalk
 		for _, c := range []struct {
 			rs    []rec
 			codec Codec
 		}{{points, CodecNone}, {compressible, CodecS2}, {compressible, CodecNone}} {
 			payload := AppendBlock(nil, encodeRecs(c.rs), c.codec)
 			require.Equal(t, byte(c.codec), payload[0])
-			rs, locs, err := collect(BlockVersion, 2048, payload, &scratch)
+			w.Reset() // each block stands alone here
+			rs, locs, err := collect(BlockVersion, 2048, payload, &w)
 			require.NoError(t, err)
 			require.Equal(t, c.rs, rs)
 			for _, l := range locs {
 				require.Equal(t, [2]int64{2048, int64(wal.HeaderSize + len(payload))}, l)
 			}
 			if c.codec == CodecS2 {
-				require.GreaterOrEqual(t, cap(scratch), len(encodeRecs(c.rs)), "scratch kept for the next block")
+				require.GreaterOrEqual(t, cap(w.scratch), len(encodeRecs(c.rs)), "scratch kept for the next block")
 			}
 		}
 	})
 
 	t.Run("version 3 refuses bad blocks", func(t *testing.T) {
-		var scratch []byte
+		var w FrameWalk
 		for name, payload := range map[string][]byte{
 			"point records, not a block": encodeRecs(points),
 			"mixed block":                AppendBlock(nil, encodeRecs(ranged), CodecNone),
 			"link block":                 AppendBlock(nil, AppendLink(nil, 1, 2), CodecNone),
 			"empty block":                {byte(CodecS2)},
 		} {
-			_, _, err := collect(BlockVersion, 4096, payload, &scratch)
+			_, _, err := collect(BlockVersion, 4096, payload, &w)
 			requireCorrupt(t, err, "f", 4096, name)
 		}
 	})
 
 	t.Run("limit applies to version 3", func(t *testing.T) {
 		payload, records := s2Block(t, compressibleRecs(50))
-		var scratch []byte
-		err := ForEachFrameRecord("f", BlockVersion, 16, payload, len(records)-1, &scratch, func(Record, int64, int) error { return nil })
+		var w FrameWalk
+		err := ForEachFrameRecord("f", BlockVersion, 16, payload, len(records)-1, &w, func(Record, int64, int) error { return nil })
 		requireCorrupt(t, err, "f", 16)
 	})
+}
+
+func TestForEachFrameRecordAcrossBlocks(t *testing.T) {
+	put := func(k string) rec { return rec{KindPut, k, "v"} }
+	rng := rec{KindRangeDelete, "a", "b"}
+	walk := func(blocks ...[]rec) error {
+		var w FrameWalk
+		for i, b := range blocks {
+			payload := AppendBlock(nil, encodeRecs(b), CodecNone)
+			if err := ForEachFrameRecord("f", BlockVersion, int64(16+1000*i), payload, MaxBlockRecords, &w, func(Record, int64, int) error { return nil }); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	require.NoError(t, walk([]rec{rng}, []rec{rng}, []rec{put("a"), put("b")}, []rec{put("c")}))
+	requireCorrupt(t, walk([]rec{put("c")}, []rec{put("a")}), "f", 1016, "descending blocks")
+	requireCorrupt(t, walk([]rec{put("a"), put("c")}, []rec{put("c")}), "f", 1016, "a key in two blocks")
+	requireCorrupt(t, walk([]rec{put("a")}, []rec{rng}), "f", 1016, "ranges after points")
 }
 
 func TestHeaderVersioned(t *testing.T) {
@@ -638,11 +658,13 @@ type located struct {
 }
 
 func TestReplayBlockFile(t *testing.T) {
+	// In the order a block file holds them: range tombstones first, then
+	// point keys ascending across blocks.
 	blocks := [][]rec{
-		compressibleRecs(80), // S2
-		randomRecs(7, 10),    // raw: incompressible
 		{{KindRangeDelete, "a", "c"}, {KindRangeDelete, "m", "n"}}, // ranges only
-		{{KindPut, "zz", "last"}},                                  // raw: tiny
+		randomRecs(7, 10),         // raw: incompressible; keys start with 0x00
+		compressibleRecs(80),      // S2: keys "key-..."
+		{{KindPut, "zz", "last"}}, // raw: tiny
 	}
 	file := HeaderVersioned(BlockVersion)
 	var want []located
@@ -656,7 +678,7 @@ func TestReplayBlockFile(t *testing.T) {
 			want = append(want, located{r, off, len(file) - int(off)})
 		}
 	}
-	require.Equal(t, byte(CodecS2), file[frames[0][0]+wal.HeaderSize])
+	require.Equal(t, byte(CodecS2), file[frames[2][0]+wal.HeaderSize])
 	require.Equal(t, byte(CodecNone), file[frames[1][0]+wal.HeaderSize])
 
 	fs := vfs.NewMem()
@@ -753,4 +775,51 @@ func TestCodecString(t *testing.T) {
 	require.Equal(t, "none", CodecNone.String())
 	require.Equal(t, "s2", CodecS2.String())
 	require.Equal(t, "codec 7", Codec(7).String())
+}
+
+// IndexBlock refuses what a lookup by key cannot trust (every rule
+// ForEachBlockRecord enforces but the checksums, which are verified when a
+// record is read), and Search then finds every key of a valid block from
+// any guess, and no other.
+func TestIndexBlock(t *testing.T) {
+	put := func(k, v string) rec { return rec{KindPut, k, v} }
+	rng := func(s, e string) rec { return rec{KindRangeDelete, s, e} }
+	var bi BlockIndex
+	for name, records := range map[string][]byte{
+		"link":           AppendLink(nil, 7, 1234),
+		"range then put": encodeRecs([]rec{rng("a", "c"), put("d", "1")}),
+		"put then range": encodeRecs([]rec{put("a", "1"), rng("b", "c")}),
+		"keys descend":   encodeRecs([]rec{put("b", "1"), put("a", "2")}),
+		"equal keys":     encodeRecs([]rec{put("a", "1"), put("a", "2")}),
+		"truncated":      encodeRecs([]rec{put("a", "1"), put("b", "2")})[:20],
+		"unknown kind":   append([]byte{9}, encodeRecs([]rec{put("a", "1")})[1:]...),
+	} {
+		requireCorrupt(t, IndexBlock(&bi, records, "blk", 8), "blk", 8, name)
+	}
+
+	rs := []rec{put("", "e"), put("a", "1"), {KindDelete, "b", ""}, put("c", "333"), put("cc", "4")}
+	records := encodeRecs(rs)
+	require.NoError(t, IndexBlock(&bi, records, "blk", 8))
+	require.Equal(t, len(rs), bi.Len())
+	for i, r := range rs {
+		for _, guess := range []int{-1, 0, i - 1, i, i + 1, len(rs)} {
+			j, ok := bi.Search(records, []byte(r.Key), guess)
+			require.True(t, ok, "%q guess %d", r.Key, guess)
+			require.Equal(t, i, j)
+			require.Equal(t, AppendRecord(nil, r.Kind, []byte(r.Key), []byte(r.Value)), bi.Raw(records, j))
+		}
+	}
+	for _, k := range []string{"0", "aa", "bb", "ca", "d", "\xff"} {
+		_, ok := bi.Search(records, []byte(k), 1)
+		require.False(t, ok, k)
+	}
+	// A block of range tombstones holds no point record, even for a key
+	// that starts a range.
+	ranges := encodeRecs([]rec{rng("a", "b"), rng("c", "d")})
+	require.NoError(t, IndexBlock(&bi, ranges, "blk", 8))
+	_, ok := bi.Search(ranges, []byte("a"), 0)
+	require.False(t, ok)
+	// Reuse keeps nothing of the previous block.
+	require.NoError(t, IndexBlock(&bi, records, "blk", 8))
+	require.Equal(t, len(rs), bi.Len())
 }

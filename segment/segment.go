@@ -433,9 +433,9 @@ func ReplayFile(f vfs.File, path string, limit int64, fn func(r Record, off int6
 	}
 	first := true
 	version := HeaderVersion(h)
-	var scratch []byte
+	var walk FrameWalk
 	res.Scan, err = wal.Scan(f, path, HeaderSize, limit, func(frameOff int64, payload []byte) error {
-		return ForEachFrameRecord(path, version, frameOff, payload, MaxBlockRecords, &scratch, func(r Record, off int64, length int) error {
+		return ForEachFrameRecord(path, version, frameOff, payload, MaxBlockRecords, &walk, func(r Record, off int64, length int) error {
 			if r.Kind == KindLink {
 				id, plen, ok := ParseLink(r)
 				if !ok || !first {

@@ -87,6 +87,10 @@ type blockSlot struct {
 	df      *dataFile
 	off     int64  // the block's frame offset; valid when records is not nil
 	records []byte // its records, decoded (aliases dec)
+	// bi locates records' records; cur is the record last read, whose
+	// successor a walk reads next.
+	bi  segment.BlockIndex
+	cur int
 	dec     []byte // decoded records' buffer, reused
 	frame   []byte // read buffer for a file read without a mapping
 }
@@ -95,10 +99,23 @@ type blockSlot struct {
 // file alive.
 func (c *blockCache) reset() {
 	for i := range c.slots {
-		c.slots[i].df, c.slots[i].records = nil, nil
+		sl := &c.slots[i]
+		sl.df, sl.records = nil, nil
+		// A block of one large value is not kept for the cache's next
+		// user (a pooled iterator, the next point read).
+		if cap(sl.dec) > maxKeptBlockBuf {
+			sl.dec = nil
+		}
+		if cap(sl.frame) > maxKeptBlockBuf {
+			sl.frame = nil
+		}
 	}
 	c.next = 0
 }
+
+// maxKeptBlockBuf bounds the buffers a reset cache keeps: several blocks
+// of small records, not a large value's.
+const maxKeptBlockBuf = 64 << 10
 
 // slot returns d's slot, or the one d takes over.
 func (c *blockCache) slot(d *dataFile) *blockSlot {
@@ -119,15 +136,22 @@ func (c *blockCache) slot(d *dataFile) *blockSlot {
 	return sl
 }
 
-// block returns the decoded records of the block whose frame is
+// block returns the slot holding the decoded records of the block whose frame is
 // [off, off+length) in block file d, verified (frame checksum, codec,
 // size); each record is verified when found (segment.FindInBlock).
-func (c *blockCache) block(d *dataFile, off int64, length uint32) ([]byte, error) {
+func (c *blockCache) block(d *dataFile, off int64, length uint32) (*blockSlot, error) {
 	sl := c.slot(d)
 	if sl.records != nil && sl.off == off {
-		return sl.records, nil
+		return sl, nil
 	}
 	sl.records = nil
+	// A large value's buffers are dropped as soon as the walk moves on.
+	if cap(sl.dec) > maxKeptBlockBuf {
+		sl.dec = nil
+	}
+	if cap(sl.frame) > maxKeptBlockBuf {
+		sl.frame = nil
+	}
 	var frame []byte
 	if m := d.reader(); m != nil && off >= 0 && off+int64(length) <= int64(len(m.data)) {
 		frame = m.data[off : off+int64(length)]
@@ -153,8 +177,11 @@ func (c *blockCache) block(d *dataFile, off int64, length uint32) ([]byte, error
 		sl.dec = append(sl.dec[:0], records...)
 		records = sl.dec
 	}
-	sl.off, sl.records = off, records
-	return records, nil
+	if err := segment.IndexBlock(&sl.bi, records, d.path, off); err != nil {
+		return nil, err
+	}
+	sl.off, sl.records, sl.cur = off, records, -1
+	return sl, nil
 }
 
 // readFrame reads [off, off+length) of d through the file cache into buf
@@ -183,20 +210,23 @@ func (d *dataFile) readFrame(buf []byte, off int64, length uint32) ([]byte, erro
 // and rec its decoding, both aliasing c's buffer until c's next read of d.
 // The block must hold the key with the kind the index gave.
 func (c *blockCache) blockRecord(d *dataFile, off int64, length uint32, kind segment.RecordKind, key []byte) (rec segment.Record, raw []byte, err error) {
-	records, err := c.block(d, off, length)
+	sl, err := c.block(d, off, length)
 	if err != nil {
 		return segment.Record{}, nil, err
 	}
-	rec, raw, found, err := segment.FindInBlock(records, key, d.path, off)
-	if err != nil {
-		return segment.Record{}, nil, err
-	}
+	i, found := sl.bi.Search(sl.records, key, sl.cur+1)
 	if !found {
 		return segment.Record{}, nil, corruption.New(d.path, off, "block holds no record of the key the index names")
+	}
+	raw = sl.bi.Raw(sl.records, i)
+	rec, n, err := segment.DecodeRecord(raw)
+	if err != nil || n != len(raw) {
+		return segment.Record{}, nil, corruption.New(d.path, off, "record %d of the block: %v", i, err)
 	}
 	if rec.Kind != kind {
 		return segment.Record{}, nil, kindError(d.path, off, rec.Kind, kind)
 	}
+	sl.cur = i
 	return rec, raw, nil
 }
 

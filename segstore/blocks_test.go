@@ -171,8 +171,8 @@ func TestDamagedBlockIsRefused(t *testing.T) {
 			require.Greater(t, len(frames), 3)
 			victim := frames[2]
 			var victimKeys []string
-			var scratch []byte
-			require.NoError(t, segment.ForEachFrameRecord(path, segment.BlockVersion, victim.Off, victim.Payload, segment.MaxBlockRecords, &scratch,
+			var walk segment.FrameWalk
+			require.NoError(t, segment.ForEachFrameRecord(path, segment.BlockVersion, victim.Off, victim.Payload, segment.MaxBlockRecords, &walk,
 				func(r segment.Record, _ int64, _ int) error {
 					victimKeys = append(victimKeys, string(r.Key))
 					return nil

@@ -359,7 +359,11 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 	}
 	version := segment.HeaderVersion(hdr)
 	df.setFormat(version)
-	var scratch []byte // a block's decoded records
+	var walk segment.FrameWalk
+	// No block a merge writes decodes to more than two blocks' worth or
+	// one record, and a record above this store's limits is refused
+	// anyway: a hostile stream cannot make the import allocate more.
+	blockLimit := max(2*blockBytes, segment.EncodedLen(s.opts.MaxKeySize, max(s.opts.MaxValueSize, s.opts.MaxKeySize)))
 	ib := index.NewBuilder()
 	var records uint64
 	first := true
@@ -377,7 +381,7 @@ func (s *Store) importOne(ctx context.Context, r io.Reader) (_ *sealed, err erro
 			return nil, err
 		}
 		frameOff := out.off
-		err = segment.ForEachFrameRecord(name, version, frameOff, payload, maxBatchPayload, &scratch, func(rec segment.Record, recOff int64, n int) error {
+		err = segment.ForEachFrameRecord(name, version, frameOff, payload, blockLimit, &walk, func(rec segment.Record, recOff int64, n int) error {
 			if rec.Kind == segment.KindLink {
 				if _, _, ok := segment.ParseLink(rec); !ok || !first {
 					return corruption.New(name, recOff, "misplaced or malformed link record")
