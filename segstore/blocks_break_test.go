@@ -68,9 +68,7 @@ func bbImportRefused(t *testing.T, stream []byte) {
 	infos, err := d.Import(context.Background(), bytes.NewReader(stream))
 	require.ErrorIs(t, err, ErrCorrupt, "import accepted %d segment(s)", len(infos))
 	require.Empty(t, d.Segments())
-	orph, err := orphans(mem, d)
-	require.NoError(t, err)
-	require.Empty(t, orph)
+	require.Empty(t, bbOrphans(t, mem, d))
 	checkAndClose(t, d)
 }
 
@@ -176,8 +174,8 @@ func bbFrames(t *testing.T, fsys vfs.FS, dir string, seg SegmentInfo) (string, [
 func bbBlockKeys(t *testing.T, path string, fr wal.Frame) []string {
 	t.Helper()
 	var keys []string
-	var scratch []byte
-	require.NoError(t, segment.ForEachFrameRecord(path, segment.BlockVersion, fr.Off, fr.Payload, segment.MaxBlockRecords, &scratch,
+	var walk segment.FrameWalk
+	require.NoError(t, segment.ForEachFrameRecord(path, segment.BlockVersion, fr.Off, fr.Payload, segment.MaxBlockRecords, &walk,
 		func(r segment.Record, _ int64, _ int) error {
 			keys = append(keys, string(r.Key))
 			return nil
