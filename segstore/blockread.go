@@ -89,10 +89,10 @@ type blockSlot struct {
 	records []byte // its records, decoded (aliases dec)
 	// bi locates records' records; cur is the record last read, whose
 	// successor a walk reads next.
-	bi  segment.BlockIndex
-	cur int
-	dec     []byte // decoded records' buffer, reused
-	frame   []byte // read buffer for a file read without a mapping
+	bi    segment.BlockIndex
+	cur   int
+	dec   []byte // decoded records' buffer, reused
+	frame []byte // read buffer for a file read without a mapping
 }
 
 // reset forgets every block, keeping the buffers, so that the cache holds no
