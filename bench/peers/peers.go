@@ -114,9 +114,14 @@ var registry = map[string]Engine{}
 // order is the default running order: segkv first, then its peers.
 var order = []string{"segkv", "pebble", "goleveldb", "badger", "bbolt"}
 
+// variants are engines that run only when named: another configuration of
+// an engine in order (segkv-raw: segkv with compression off).
+var variants = []string{"segkv-raw"}
+
 func register(e Engine) { registry[e.Name()] = e }
 
-// Names returns the registered engine names in the default order.
+// Names returns the registered engine names in the default order, without
+// the variants (which Lookup still finds).
 func Names() []string {
 	var out []string
 	for _, n := range order {
@@ -128,7 +133,7 @@ func Names() []string {
 	// so that adding an adapter cannot silently hide it.
 	var extra []string
 	for n := range registry {
-		if !contains(order, n) {
+		if !contains(order, n) && !contains(variants, n) {
 			extra = append(extra, n)
 		}
 	}
@@ -140,7 +145,7 @@ func Names() []string {
 func Lookup(name string) (Engine, error) {
 	e, ok := registry[name]
 	if !ok {
-		return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownEngine, name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("%w %q (have %s)", ErrUnknownEngine, name, strings.Join(append(Names(), variants...), ", "))
 	}
 	return e, nil
 }

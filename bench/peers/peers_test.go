@@ -13,7 +13,7 @@ import (
 // has everything. A wrong adapter would make every figure meaningless.
 func TestEngines(t *testing.T) {
 	const n = 3000
-	for _, name := range Names() {
+	for _, name := range append(Names(), variants...) {
 		t.Run(name, func(t *testing.T) {
 			e, err := Lookup(name)
 			if err != nil {

@@ -8,22 +8,35 @@ import (
 	"github.com/segkv/segkv/segstore"
 )
 
-func init() { register(segkvEngine{}) }
+func init() {
+	register(segkvEngine{})
+	register(segkvEngine{raw: true})
+}
 
-type segkvEngine struct{}
+// segkvEngine is segkv with its defaults, or (raw) with merged blocks
+// stored uncompressed (Options.DisableCompression).
+type segkvEngine struct{ raw bool }
 
-func (segkvEngine) Name() string { return "segkv" }
+func (e segkvEngine) Name() string {
+	if e.raw {
+		return "segkv-raw"
+	}
+	return "segkv"
+}
 
-func (segkvEngine) Config(m Mode) string {
-	const common = "segkv (this tree) defaults: 64 MiB segments (preallocated live file), MaxOpenFiles 256, background merge on"
+func (e segkvEngine) Config(m Mode) string {
+	common := "segkv (this tree) defaults: 64 MiB segments (preallocated live file), MaxOpenFiles 256, background merge on"
+	if e.raw {
+		common += ", DisableCompression (merged blocks stored raw)"
+	}
 	if m == Durable {
 		return common + "; Sync=SyncAlways (group commit: one write + fdatasync per group)"
 	}
 	return common + "; Sync=SyncManual, one Apply per batch, Store.Sync after the last"
 }
 
-func (segkvEngine) Open(dir string, m Mode) (DB, error) {
-	opts := &segstore.Options{Sync: segstore.SyncAlways}
+func (e segkvEngine) Open(dir string, m Mode) (DB, error) {
+	opts := &segstore.Options{Sync: segstore.SyncAlways, DisableCompression: e.raw}
 	if m == Bulk {
 		opts.Sync = segstore.SyncManual
 	}

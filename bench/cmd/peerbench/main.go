@@ -176,7 +176,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	var workloads, engines, scaleN, spaceN string
 	fs.IntVar(&c.n, "n", 1_000_000, "keys in the bulk-loaded store (100000 is the quick mode)")
 	fs.StringVar(&workloads, "workloads", "all", "comma-separated workloads: "+strings.Join(allWorkloads, ",")+" (aliases: "+aliasNames()+"), and scale and space, which run only when named")
-	fs.StringVar(&engines, "engines", strings.Join(peers.Names(), ","), "comma-separated engines")
+	fs.StringVar(&engines, "engines", strings.Join(peers.Names(), ","), "comma-separated engines (segkv-raw, segkv with compression off, runs only when named)")
 	fs.BoolVar(&c.json, "json", false, "print one JSON object per line instead of the table")
 	fs.StringVar(&c.dir, "dir", os.TempDir(), "parent of the run's temporary directory (must be on the disk under test)")
 	fs.DurationVar(&c.duration, "duration", 4*time.Second, "measured time of each put workload per engine, split over -rounds; also of each scan workload per engine")
