@@ -27,6 +27,9 @@ type Config struct {
 	GarbageRatio   float64           `json:"garbage_ratio,omitempty"`
 	DisableMmap    bool              `json:"disable_mmap,omitempty"`
 	MaxOpenFiles   int               `json:"max_open_files,omitempty"`
+	// DisableCompression stores merged blocks raw (drawn since block
+	// files; absent from older traces, which replay compressed).
+	DisableCompression bool `json:"disable_compression,omitempty"`
 
 	// Keys is the size of the key pool writes draw from; reads also ask
 	// for keys outside it.
@@ -69,12 +72,13 @@ var AvoidOpen = Avoid{}
 // Options returns the segstore options of the store under test on fs.
 func (c Config) Options(fs vfs.FS) *segstore.Options {
 	return &segstore.Options{
-		FS:           fs,
-		Sync:         c.Sync,
-		SyncInterval: time.Duration(c.SyncIntervalMs) * time.Millisecond,
-		SegmentSize:  c.SegmentSize,
-		MaxOpenFiles: c.MaxOpenFiles,
-		DisableMmap:  c.DisableMmap,
+		FS:                 fs,
+		Sync:               c.Sync,
+		SyncInterval:       time.Duration(c.SyncIntervalMs) * time.Millisecond,
+		SegmentSize:        c.SegmentSize,
+		MaxOpenFiles:       c.MaxOpenFiles,
+		DisableMmap:        c.DisableMmap,
+		DisableCompression: c.DisableCompression,
 		Merge: segstore.MergeOptions{
 			Disable:        c.MergeDisable,
 			MinRun:         c.MinRun,
@@ -105,7 +109,7 @@ func (c Config) String() string {
 	} else {
 		s += fmt.Sprintf(" merges=on(minrun=%d ratio=%g step=%d keeporder=%v garbage=%g)", c.MinRun, c.SizeRatio, c.MaxStepBytes, c.KeepWriteOrder, c.GarbageRatio)
 	}
-	s += fmt.Sprintf(" mmap=%v openfiles=%d keys=%d big=%v avoid=%+v", !c.DisableMmap, c.MaxOpenFiles, c.Keys, c.BigValues, c.Avoid)
+	s += fmt.Sprintf(" mmap=%v compress=%v openfiles=%d keys=%d big=%v avoid=%+v", !c.DisableMmap, !c.DisableCompression, c.MaxOpenFiles, c.Keys, c.BigValues, c.Avoid)
 	return s
 }
 
@@ -153,6 +157,7 @@ func RandomConfig(seed uint64, ops int, avoid Avoid) Config {
 		// were for every seed.
 		c.GarbageRatio = [...]float64{0, 0, 0.05, 0.5, 1}[newRand(seed, 7).IntN(5)]
 	}
+	c.DisableCompression = newRand(seed, 8).IntN(4) == 0
 	return c
 }
 
