@@ -620,7 +620,7 @@ func TestBlockBreakConcurrentReadsDuringMerges(t *testing.T) {
 	it, err := s.NewIterator(nil)
 	require.NoError(t, err)
 	require.True(t, it.First())
-	firstKey := string(it.Key())
+	firstVal := frozen[string(it.Key())]
 
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
@@ -682,7 +682,7 @@ func TestBlockBreakConcurrentReadsDuringMerges(t *testing.T) {
 	n := 1
 	v, err := it.Value()
 	require.NoError(t, err)
-	require.Equal(t, frozen[firstKey], string(v))
+	require.Equal(t, firstVal, string(v))
 	for it.Next() {
 		v, err := it.Value()
 		require.NoError(t, err)
