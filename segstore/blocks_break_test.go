@@ -18,6 +18,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
@@ -255,7 +256,7 @@ func TestBlockBreakDamagedBlockOnDisk(t *testing.T) {
 				require.ErrorIs(t, err, ErrCorrupt, k)
 			}
 			for k, v := range m {
-				if contains(victimKeys, k) {
+				if slices.Contains(victimKeys, k) {
 					continue
 				}
 				got, err := s.Get([]byte(k))
@@ -319,7 +320,7 @@ func TestBlockBreakIndexDamagedRebuilt(t *testing.T) {
 					require.NoError(t, f.Truncate(size/2))
 					require.NoError(t, f.Close())
 				case "flip":
-					flipByte(t, mem, ip, size/3)
+					testutil.FlipByte(t, mem, ip, size/3, 0xff)
 				}
 				extra := []string{"key-00100", "key-00150", "key-99999", ""}
 				reopenCheck(t, mem, o, m, extra)

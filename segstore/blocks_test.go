@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/segkv/segkv/internal/testutil"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/vfs"
 	"github.com/segkv/segkv/wal"
@@ -178,7 +180,7 @@ func TestDamagedBlockIsRefused(t *testing.T) {
 					return nil
 				}))
 			require.NotEmpty(t, victimKeys)
-			flipByte(t, mem, path, victim.Off+wal.HeaderSize+int64(len(victim.Payload)/2))
+			testutil.FlipByte(t, mem, path, victim.Off+wal.HeaderSize+int64(len(victim.Payload)/2), 0xff)
 
 			s = mustOpen(t, dir, o)
 			defer s.Close()
@@ -190,7 +192,7 @@ func TestDamagedBlockIsRefused(t *testing.T) {
 				require.ErrorIs(t, err, ErrCorrupt, k)
 			}
 			for k, v := range m {
-				if !contains(victimKeys, k) {
+				if !slices.Contains(victimKeys, k) {
 					got, err := s.Get([]byte(k))
 					require.NoError(t, err, k)
 					require.Equal(t, v, string(got))
@@ -221,29 +223,6 @@ func TestDamagedBlockIsRefused(t *testing.T) {
 			require.ErrorIs(t, err, ErrCorrupt)
 		})
 	}
-}
-
-func contains(xs []string, x string) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
-// flipByte inverts the byte at off of the file at path.
-func flipByte(t *testing.T, fsys vfs.FS, path string, off int64) {
-	t.Helper()
-	f, err := fsys.OpenReadWrite(path)
-	require.NoError(t, err)
-	b := make([]byte, 1)
-	_, err = f.ReadAt(b, off)
-	require.NoError(t, err)
-	b[0] ^= 0xff
-	_, err = f.WriteAt(b, off)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
 }
 
 // Export streams a block file as it is; Import checks every block and
