@@ -87,7 +87,7 @@ func AppendBlock(dst, records []byte, codec Codec) []byte {
 // payload when stored raw, else decompressed into dst (grown when its
 // capacity is short; the grown buffer is returned for reuse). It checks the
 // codec and the decoded size only (at most limit bytes); the records are verified by whoever walks
-// them (ForEachBlockRecord, FindInBlock). path and off (the frame's offset)
+// them (ForEachBlockRecord, IndexBlock and the reads it serves). path and off (the frame's offset)
 // name the block in errors, which are *corruption.Error.
 func DecodeBlock(dst, payload []byte, limit int, path string, off int64) (records, buf []byte, err error) {
 	if len(payload) < 2 {
@@ -120,6 +120,35 @@ func DecodeBlock(dst, payload []byte, limit int, path string, off int64) (record
 	return nil, dst, corruption.New(path, off, "unknown block codec %d", payload[0])
 }
 
+// blockRules checks, record by record, the rules within one block: no link
+// record or unknown kind, range tombstones and point records not mixed,
+// point keys strictly ascending. ForEachBlockRecord and IndexBlock both
+// walk a block through it.
+type blockRules struct {
+	prev           []byte
+	ranges, points bool
+}
+
+func (br *blockRules) check(path string, off int64, pos int, kind RecordKind, key []byte) error {
+	switch kind {
+	case KindPut, KindDelete:
+		if br.points && bytes.Compare(br.prev, key) >= 0 {
+			return corruption.New(path, off, "block keys out of order: %q after %q", key, br.prev)
+		}
+		br.points, br.prev = true, key
+	case KindRangeDelete:
+		br.ranges = true
+	case KindLink:
+		return corruption.New(path, off, "link record in a block")
+	default:
+		return corruption.New(path, off, "record %d bytes into the block has kind %v", pos, kind)
+	}
+	if br.ranges && br.points {
+		return corruption.New(path, off, "block mixes range tombstones and point records")
+	}
+	return nil
+}
+
 // ForEachBlockRecord decodes and verifies every record of a decoded block
 // (what DecodeBlock returned for the frame at frameOff) and calls fn for
 // each, with the block's location (frameOff and frameLen, the whole frame)
@@ -127,26 +156,14 @@ func DecodeBlock(dst, payload []byte, limit int, path string, off int64) (record
 // A block that breaks the rules above (a link record, range tombstones mixed
 // with point records, point keys not strictly ascending) is corruption.
 func ForEachBlockRecord(path string, frameOff int64, frameLen int, records []byte, fn func(r Record, off int64, length int) error) error {
-	var prev []byte
-	var ranges, points bool
+	var rules blockRules
 	for pos := 0; pos < len(records); {
 		r, n, err := DecodeRecord(records[pos:])
 		if err != nil {
 			return corruption.New(path, frameOff, "record %d bytes into the block: %v", pos, err)
 		}
-		switch r.Kind {
-		case KindLink:
-			return corruption.New(path, frameOff, "link record in a block")
-		case KindRangeDelete:
-			ranges = true
-		default:
-			if points && bytes.Compare(prev, r.Key) >= 0 {
-				return corruption.New(path, frameOff, "block keys out of order: %q after %q", r.Key, prev)
-			}
-			points, prev = true, r.Key
-		}
-		if ranges && points {
-			return corruption.New(path, frameOff, "block mixes range tombstones and point records")
+		if err := rules.check(path, frameOff, pos, r.Kind, r.Key); err != nil {
+			return err
 		}
 		if err := fn(r, frameOff, frameLen); err != nil {
 			return err
@@ -156,46 +173,8 @@ func ForEachBlockRecord(path string, frameOff int64, frameLen int, records []byt
 	return nil
 }
 
-// FindInBlock returns the point record (put or delete) for key in a decoded
-// block whose frame is at off, verified; found is false when the block has
-// none. It decodes record headers only until it reaches key (the block's
-// point keys ascend), and verifies the record it returns. The record, and
-// raw, its whole encoding, alias records.
-func FindInBlock(records []byte, key []byte, path string, off int64) (r Record, raw []byte, found bool, err error) {
-	for pos := 0; pos < len(records); {
-		kind, klen, vlen, hdr, ok := recordHeader(records[pos:])
-		if !ok {
-			return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block is malformed", pos)
-		}
-		n := hdr + klen + vlen + recordTrailer
-		switch kind {
-		case KindPut, KindDelete, KindRangeDelete:
-		default:
-			// Skipping it could hide the key's own record behind a damaged
-			// kind byte, and a read would go on to older data.
-			return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block has kind %v", pos, kind)
-		}
-		if kind == KindPut || kind == KindDelete {
-			c := bytes.Compare(records[pos+hdr:pos+hdr+klen], key)
-			if c == 0 {
-				raw = records[pos : pos+n]
-				r, _, err := DecodeRecord(raw)
-				if err != nil {
-					return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block: %v", pos, err)
-				}
-				return r, raw, true, nil
-			}
-			if c > 0 {
-				return Record{}, nil, false, nil
-			}
-		}
-		pos += n
-	}
-	return Record{}, nil, false, nil
-}
-
 // BlockIndex is where each record of a decoded block starts, for lookups by
-// key without a walk (SearchBlock): made once per decoded block by
+// key without a walk (Search): made once per decoded block by
 // IndexBlock, reused by every read of that block.
 type BlockIndex struct {
 	offs   []int32 // start of each record; offs[len] == len(records)
@@ -208,33 +187,21 @@ type BlockIndex struct {
 // range tombstones and point records are not mixed, and point keys
 // strictly ascend. Checksums are verified when a record is read.
 func IndexBlock(bi *BlockIndex, records []byte, path string, off int64) error {
-	bi.offs, bi.points = bi.offs[:0], false
-	var ranges bool
-	var prev []byte
+	bi.offs = bi.offs[:0]
+	var rules blockRules
 	for pos := 0; pos < len(records); {
 		kind, klen, vlen, hdr, ok := recordHeader(records[pos:])
 		if !ok {
 			return corruption.New(path, off, "record %d bytes into the block is malformed", pos)
 		}
-		key := records[pos+hdr : pos+hdr+klen]
-		switch kind {
-		case KindPut, KindDelete:
-			if bi.points && bytes.Compare(prev, key) >= 0 {
-				return corruption.New(path, off, "block keys out of order: %q after %q", key, prev)
-			}
-			bi.points, prev = true, key
-		case KindRangeDelete:
-			ranges = true
-		default:
-			return corruption.New(path, off, "record %d bytes into the block has kind %v", pos, kind)
-		}
-		if ranges && bi.points {
-			return corruption.New(path, off, "block mixes range tombstones and point records")
+		if err := rules.check(path, off, pos, kind, records[pos+hdr:pos+hdr+klen]); err != nil {
+			return err
 		}
 		bi.offs = append(bi.offs, int32(pos))
 		pos += hdr + klen + vlen + recordTrailer
 	}
 	bi.offs = append(bi.offs, int32(len(records)))
+	bi.points = rules.points
 	return nil
 }
 

@@ -823,3 +823,44 @@ func TestIndexBlock(t *testing.T) {
 	require.NoError(t, IndexBlock(&bi, records, "blk", 8))
 	require.Equal(t, len(rs), bi.Len())
 }
+
+// FindInBlock is the tests' reference lookup, the simplest that can be
+// right: a linear walk, against which BlockIndex.Search is checked (the
+// fuzz target compares them). It returns the point record (put or delete)
+// for key in a decoded
+// block whose frame is at off, verified; found is false when the block has
+// none. It decodes record headers only until it reaches key (the block's
+// point keys ascend), and verifies the record it returns. The record, and
+// raw, its whole encoding, alias records.
+func FindInBlock(records []byte, key []byte, path string, off int64) (r Record, raw []byte, found bool, err error) {
+	for pos := 0; pos < len(records); {
+		kind, klen, vlen, hdr, ok := recordHeader(records[pos:])
+		if !ok {
+			return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block is malformed", pos)
+		}
+		n := hdr + klen + vlen + recordTrailer
+		switch kind {
+		case KindPut, KindDelete, KindRangeDelete:
+		default:
+			// Skipping it could hide the key's own record behind a damaged
+			// kind byte, and a read would go on to older data.
+			return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block has kind %v", pos, kind)
+		}
+		if kind == KindPut || kind == KindDelete {
+			c := bytes.Compare(records[pos+hdr:pos+hdr+klen], key)
+			if c == 0 {
+				raw = records[pos : pos+n]
+				r, _, err := DecodeRecord(raw)
+				if err != nil {
+					return Record{}, nil, false, corruption.New(path, off, "record %d bytes into the block: %v", pos, err)
+				}
+				return r, raw, true, nil
+			}
+			if c > 0 {
+				return Record{}, nil, false, nil
+			}
+		}
+		pos += n
+	}
+	return Record{}, nil, false, nil
+}

@@ -138,7 +138,7 @@ func (c *blockCache) slot(d *dataFile) *blockSlot {
 
 // block returns the slot holding the decoded records of the block whose frame is
 // [off, off+length) in block file d, verified (frame checksum, codec,
-// size); each record is verified when found (segment.FindInBlock).
+// size); each record is verified when it is read (blockRecord).
 func (c *blockCache) block(d *dataFile, off int64, length uint32) (*blockSlot, error) {
 	sl := c.slot(d)
 	if sl.records != nil && sl.off == off {
