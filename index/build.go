@@ -70,7 +70,7 @@ func Build(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
 	}
 	entries, ranges := ib.Finish()
 	id := Identity{DataLength: length, DataDigest: digest}
-	data, sum, err := EncodeWithRanges(entries, ranges, id)
+	data, sum, err := encode(entries, ranges, id, 0, rr.Version >= segment.BlockVersion)
 	if err != nil {
 		return nil, fmt.Errorf("index: encode index of %s: %w", dataPath, err)
 	}

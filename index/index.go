@@ -122,6 +122,9 @@ const (
 	tabEntry = 28 // per block: offset u64, length u32, checksum u64, first key offset u32, length u32
 
 	flagInKeyOrder = 1
+	// flagBlockFile marks the index of a block data file: an entry per
+	// block (see Index.BlockFile).
+	flagBlockFile = 2
 )
 
 // ErrInvalidEntries is matched (errors.Is) by every error Encode returns for
@@ -179,6 +182,7 @@ type Index struct {
 	legacy     uint64
 	id         Identity
 	inKeyOrder bool
+	blockFile  bool
 	heapBytes  int
 
 	repair   func(cause error) (*Index, error)
@@ -221,14 +225,14 @@ func validateEntries(entries []Entry, id Identity) (recLen uint64, err error) {
 // manifest records. Every entry must have a known kind and lie inside the
 // data file described by id.
 func Encode(entries []Entry, id Identity) (data []byte, checksum uint64, err error) {
-	return encode(entries, nil, id, 0)
+	return encode(entries, nil, id, 0, false)
 }
 
 // EncodeWithRanges is Encode for a segment that also holds range
 // tombstones: ranges is their union. The entries are the keys that survive
 // them, each newer than any of the segment's range tombstones covering it.
 func EncodeWithRanges(entries []Entry, ranges *rangedel.Set, id Identity) (data []byte, checksum uint64, err error) {
-	return encode(entries, ranges, id, 0)
+	return encode(entries, ranges, id, 0, false)
 }
 
 // EncodeUpgrade is EncodeWithRanges for a segment whose manifest record
@@ -240,12 +244,20 @@ func EncodeUpgrade(entries []Entry, ranges *rangedel.Set, id Identity, legacyChe
 	if legacyChecksum == 0 {
 		return nil, 0, fmt.Errorf("%w: an upgraded index needs its legacy checksum", ErrInvalidEntries)
 	}
-	data, _, err = encode(entries, ranges, id, legacyChecksum)
+	data, _, err = encode(entries, ranges, id, legacyChecksum, false)
 	return data, legacyChecksum, err
 }
 
-func encode(entries []Entry, ranges *rangedel.Set, id Identity, legacy uint64) ([]byte, uint64, error) {
-	p := WriterParams{Count: len(entries), ID: id, Ranges: ranges, Legacy: legacy}
+// EncodeBlockFile is EncodeWithRanges for a block data file
+// (segment.BlockVersion): entries are still every key, each naming the
+// frame of the block that holds it (so keys of one block share Offset and
+// Length), and the file holds one entry per block (WriterParams.BlockFile).
+func EncodeBlockFile(entries []Entry, ranges *rangedel.Set, id Identity) (data []byte, checksum uint64, err error) {
+	return encode(entries, ranges, id, 0, true)
+}
+
+func encode(entries []Entry, ranges *rangedel.Set, id Identity, legacy uint64, blockFile bool) ([]byte, uint64, error) {
+	p := WriterParams{Count: len(entries), ID: id, Ranges: ranges, Legacy: legacy, BlockFile: blockFile}
 	if n := len(entries); n > 0 {
 		p.FirstKey, p.LastKey = entries[0].Key, entries[n-1].Key
 	}
@@ -414,8 +426,12 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 		return nil, corruption.New(path, at(topVersion), "top block names version %d", v)
 	}
 	flags := le.Uint32(top[topFlags:])
-	if flags&^flagInKeyOrder != 0 {
+	if flags&^(flagInKeyOrder|flagBlockFile) != 0 {
 		return nil, corruption.New(path, at(topFlags), "unknown top block flags %#x", flags)
+	}
+	if flags&flagBlockFile != 0 && legacy != 0 {
+		// Block files came after version 3: no older index to stand in for.
+		return nil, corruption.New(path, at(topLegacy), "the index of a block file carries a legacy checksum")
 	}
 
 	// Counts, each bounded by the file size before any multiplication.
@@ -464,6 +480,7 @@ func Decode(path string, data []byte, wantChecksum uint64, id Identity) (*Index,
 		tab: tab, chunkSums: chunkSums, firstKeys: firstKeys,
 		bloomM: m, bloomK: int(k), bloom: data[bloomOff : bloomOff+8*w], chunks: int(chunks), chunkWords: int(chunkWords),
 		checksum: sum, legacy: legacy, id: id, inKeyOrder: flags&flagInKeyOrder != 0,
+		blockFile: flags&flagBlockFile != 0,
 	}
 	// Every block inside the space before the bloom filter and big enough
 	// for its entries' fixed parts; first keys in the key area, strictly
@@ -558,6 +575,15 @@ func (ix *Index) Close() error {
 
 // Len returns the number of entries.
 func (ix *Index) Len() int { return ix.n }
+
+// BlockFile reports whether this is the index of a block data file: its
+// entries are the file's blocks, in key order, each with the block's last
+// key and the offset and length of its frame (Kind is KindPut and means
+// nothing), while the bloom filter and the range section are those of the
+// file's keys, as in any index. Len, At, Search and the Reader then count
+// and walk blocks, and Lookup names the block that would hold a key (see
+// Lookup).
+func (ix *Index) BlockFile() bool { return ix.blockFile }
 
 // InKeyOrder reports whether the records the entries point at lie in the
 // data file in key order (a merge output or a sorted bulk load).
@@ -654,7 +680,8 @@ func (ix *Index) MayContain(p *Probe) (bool, error) {
 	return true, nil
 }
 
-// Get returns the entry for the probe's key. A missing key almost always
+// Get returns the entry for the probe's key (in a block file's index, the
+// block that would hold it: see Lookup). A missing key almost always
 // costs one bloom test; a present one a bloom test, a search of the block
 // words held in the heap and a search inside one block. The returned
 // Entry.Key aliases the index.
@@ -666,6 +693,11 @@ func (ix *Index) Get(p *Probe) (Entry, bool, error) {
 // Lookup is Get that also reports whether the bloom filter alone ruled the
 // key out (filtered): what a store counts as a bloom negative, without a
 // second bloom test.
+//
+// In a block file's index (BlockFile), found means that the bloom filter
+// let the key through and a block's key range may hold it: e is that
+// block's entry, and only the block says whether it holds the key and with
+// which record.
 func (ix *Index) Lookup(p *Probe) (e Entry, found, filtered bool, err error) {
 	if h := ix.healed.Load(); h != nil {
 		return h.Lookup(p)
@@ -677,8 +709,23 @@ func (ix *Index) Lookup(p *Probe) (e Entry, found, filtered bool, err error) {
 	if !ok {
 		return Entry{}, false, true, nil
 	}
-	e, found, err = ix.search(p)
+	if ix.blockFile {
+		e, found, err = ix.searchBlock(p.key)
+	} else {
+		e, found, err = ix.search(p)
+	}
 	return e, found, false, err
+}
+
+// searchBlock finds the block of a block file's index whose key range may
+// hold key: the first whose last key is >= key.
+func (ix *Index) searchBlock(key []byte) (Entry, bool, error) {
+	i, err := ix.Search(key)
+	if err != nil || i >= ix.Len() {
+		return Entry{}, false, err
+	}
+	e, err := ix.At(i)
+	return e, err == nil, err
 }
 
 // search finds the probe's key in the blocks, once the bloom filter let it
@@ -898,6 +945,11 @@ func (ix *Index) Key(i int) ([]byte, error) {
 // Encode produces for its entries and identity. It is for consistency
 // checks (fsck) and tests; it does not heal. It returns a
 // *corruption.Error naming the index's path.
+//
+// The bloom filter of a block file's index (BlockFile) holds keys the
+// index does not list: only a rebuild from the data file proves it (a
+// store's Check compares the rebuilt index with the loaded one). Verify
+// checks the rest.
 func (ix *Index) Verify() error {
 	want := bloom.NewWithEstimates(uint(max(ix.n, 1)), falsePositiveRate)
 	var prev []byte
@@ -919,6 +971,20 @@ func (ix *Index) Verify() error {
 		if err := ix.checkChunk(c); err != nil {
 			return err
 		}
+	}
+	if ix.blockFile {
+		// The prefix is the one of the file's first and last keys, and
+		// the first is not an entry. The entries are blocks: each a
+		// KindPut entry whose frame ends before the next one starts.
+		var end int64
+		for i := range ix.n {
+			e, _ := ix.At(i)
+			if e.Kind != KindPut || e.Offset < end || e.Length == 0 {
+				return corruption.New(ix.path, int64(ix.blockOff(i/ix.perBlock)), "block entry %d (kind %d, frame [%d, +%d)) is not a block after the previous one", i, e.Kind, e.Offset, e.Length)
+			}
+			end = e.Offset + int64(e.Length)
+		}
+		return nil
 	}
 	if ix.n > 0 {
 		last, _ := ix.At(ix.n - 1)
@@ -942,7 +1008,7 @@ func (ix *Index) Verify() error {
 	for i := range entries {
 		entries[i], _ = ix.At(i) // every block verified above
 	}
-	again, _, err := encode(entries, ix.ranges, ix.id, ix.legacy)
+	again, _, err := encode(entries, ix.ranges, ix.id, ix.legacy, false)
 	if err != nil || !bytes.Equal(again, ix.data) {
 		return corruption.New(ix.path, -1, "index is not the file its entries encode to")
 	}

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -23,11 +24,17 @@ import (
 // block: the bloom filter is sized by the count, and every search word is
 // taken after the prefix the first and last keys share.
 type WriterParams struct {
-	// Count is the number of entries Add will be given.
+	// Count is the number of entries Add will be given: one per key.
 	Count int
 	// FirstKey and LastKey are the first and last entries' keys (ignored
 	// when Count is 0).
 	FirstKey, LastKey []byte
+	// BlockFile makes the index of a block data file (segment.BlockVersion):
+	// Add is still given every key, whose Offset and Length name the frame
+	// of the block holding it, but the file holds one entry per block (its
+	// last key, its frame) and the bloom filter of every key. See
+	// Index.BlockFile.
+	BlockFile bool
 	// ID is the data file the entries point into.
 	ID Identity
 	// Ranges is the union of the segment's range tombstones, or nil.
@@ -50,15 +57,23 @@ type Writer struct {
 	filter *bloom.BloomFilter
 
 	off        uint64 // bytes written so far
-	added      int
-	prev       Entry
+	added      int    // entries Add was given
+	written    int    // entries encoded: added, or in a block file's index one per block
+	prev       Entry  // the last entry Add was given; its key in prevKey
+	prevKey    []byte
 	inKeyOrder bool
-	blk        []Entry // the block being filled; keys borrowed until it is written
-	keyBuf     []byte  // copies of the block's keys
-	buf        []byte  // one encoded block
-	tab        []byte
-	firstKeys  []byte
-	err        error
+	// group is, in a block file's index, the block whose keys Add is
+	// being given: its entry is encoded once a key of the next block (or
+	// Finish) shows it is complete.
+	group     Entry
+	groupKey  []byte
+	inGroup   bool
+	blk       []Entry // the block being filled; keys borrowed until it is written
+	keyBuf    []byte  // copies of the block's keys
+	buf       []byte  // one encoded block
+	tab       []byte
+	firstKeys []byte
+	err       error
 }
 
 // NewWriter starts an index file on w. It writes the file header at once.
@@ -134,18 +149,60 @@ func (iw *Writer) Add(e Entry) error {
 		// (Between the first and last keys, every key has their prefix.)
 		return iw.fail(fmt.Errorf("%w: entry %d (key %q) is after the announced last key %q", ErrInvalidEntries, i, truncKey(e.Key), truncKey(iw.p.LastKey)))
 	}
-	// Keys of one block of a block data file share its offset: equal
-	// offsets are still in order.
+	if iw.p.BlockFile && (e.Length == 0 || iw.p.Legacy != 0) {
+		return iw.fail(fmt.Errorf("%w: entry %d (key %q): an empty block, or a legacy checksum, in a block file's index", ErrInvalidEntries, i, truncKey(e.Key)))
+	}
 	if i > 0 && e.Offset < iw.prev.Offset {
+		if iw.p.BlockFile {
+			return iw.fail(fmt.Errorf("%w: entry %d (key %q): block at %d is before the previous key's at %d",
+				ErrInvalidEntries, i, truncKey(e.Key), e.Offset, iw.prev.Offset))
+		}
 		iw.inKeyOrder = false
 	}
 	iw.filter.Add(e.Key)
+	iw.prevKey = append(iw.prevKey[:0], e.Key...)
+	iw.prev = e
+	iw.prev.Key = iw.prevKey
+	iw.added++
+	if !iw.p.BlockFile {
+		return iw.encodeEntry(e)
+	}
+	if iw.inGroup && e.Offset == iw.group.Offset {
+		if e.Length != iw.group.Length {
+			return iw.fail(fmt.Errorf("%w: entry %d (key %q): block at %d is %d bytes long, the previous key's %d",
+				ErrInvalidEntries, i, truncKey(e.Key), e.Offset, e.Length, iw.group.Length))
+		}
+		iw.groupKey = append(iw.groupKey[:0], e.Key...)
+		return nil
+	}
+	if err := iw.endGroup(); err != nil {
+		return err
+	}
+	iw.groupKey = append(iw.groupKey[:0], e.Key...)
+	iw.group, iw.inGroup = Entry{Kind: KindPut, Offset: e.Offset, Length: e.Length}, true
+	return nil
+}
+
+// endGroup encodes the entry of the block whose keys were given last (in
+// a block file's index): its last key and its frame.
+func (iw *Writer) endGroup() error {
+	if !iw.inGroup {
+		return nil
+	}
+	e := iw.group
+	e.Key = iw.groupKey
+	iw.inGroup = false
+	return iw.encodeEntry(e)
+}
+
+// encodeEntry appends e to the key block being filled, copying its key,
+// and writes the block once it is full.
+func (iw *Writer) encodeEntry(e Entry) error {
 	start := len(iw.keyBuf)
 	iw.keyBuf = append(iw.keyBuf, e.Key...)
 	e.Key = iw.keyBuf[start:len(iw.keyBuf):len(iw.keyBuf)]
 	iw.blk = append(iw.blk, e)
-	iw.prev = e
-	iw.added++
+	iw.written++
 	if len(iw.blk) == BlockEntries {
 		return iw.flushBlock()
 	}
@@ -190,7 +247,6 @@ func (iw *Writer) flushBlock() error {
 		return err
 	}
 	// The block's keys are written: the buffers are reused for the next.
-	iw.prev.Key = bytes.Clone(iw.prev.Key)
 	iw.blk, iw.keyBuf = iw.blk[:0], iw.keyBuf[:0]
 	return nil
 }
@@ -209,6 +265,9 @@ func (iw *Writer) Finish() (checksum uint64, size int64, err error) {
 	}
 	if iw.added > 0 && !bytes.Equal(iw.prev.Key, iw.p.LastKey) {
 		return 0, 0, iw.fail(fmt.Errorf("%w: last entry's key %q is not the announced last key %q", ErrInvalidEntries, truncKey(iw.prev.Key), truncKey(iw.p.LastKey)))
+	}
+	if err := iw.endGroup(); err != nil {
+		return 0, 0, err
 	}
 	if err := iw.flushBlock(); err != nil {
 		return 0, 0, err
@@ -248,11 +307,14 @@ func (iw *Writer) Finish() (checksum uint64, size int64, err error) {
 	if iw.inKeyOrder {
 		flags |= flagInKeyOrder
 	}
+	if iw.p.BlockFile {
+		flags |= flagBlockFile
+	}
 	blocks := len(iw.tab) / tabEntry
 	top := make([]byte, 0, topFixed+len(iw.tab)+len(chunkSums)+len(iw.firstKeys)+8+footerSize)
 	top = le.AppendUint32(top, Version)
 	top = le.AppendUint32(top, flags)
-	top = le.AppendUint64(top, uint64(iw.p.Count))
+	top = le.AppendUint64(top, uint64(iw.written))
 	top = le.AppendUint64(top, uint64(iw.p.ID.DataLength))
 	top = le.AppendUint64(top, iw.p.ID.DataDigest)
 	top = le.AppendUint64(top, iw.p.Legacy)
@@ -303,8 +365,9 @@ var errFinished = fmt.Errorf("index: writer already finished")
 // grow with the file, whatever its size, and writes the same bytes as
 // Build would. p carries what the file's writer (or the manifest) knows
 // already: the count, the first and last keys and the file's identity;
-// p.Ranges is ignored, the union of the file's range tombstones is taken
-// from the file. A file that does not match p, or whose records are not in
+// p.Ranges and p.BlockFile are ignored: the union of the file's range
+// tombstones is taken from the file, and whether it is a block file from
+// its header. A file that does not match p, or whose records are not in
 // that order, is refused with ErrInvalidEntries (or a *corruption.Error for
 // damage) and leaves no index file. Like Write, it does not sync: the index
 // is a cache. It returns the index's checksum, or ctx's error if ctx ends
@@ -327,6 +390,18 @@ func WriteOrdered(ctx context.Context, fsys vfs.FS, dataPath, indexPath string, 
 			_ = fsys.Remove(indexPath) // a partial index must not be left to be loaded
 		}
 	}()
+	// The data file's header says whether it is a block file, not p.
+	hdr := make([]byte, segment.HeaderSize)
+	if _, err := data.ReadAt(hdr, 0); err != nil {
+		if errors.Is(err, io.EOF) {
+			return 0, corruption.New(dataPath, 0, "data file is shorter than its header")
+		}
+		return 0, fmt.Errorf("index: read header of %s: %w", dataPath, err)
+	}
+	if err := segment.CheckHeader(dataPath, hdr); err != nil {
+		return 0, err
+	}
+	p.BlockFile = segment.HeaderVersion(hdr) >= segment.BlockVersion
 	bw := bufio.NewWriterSize(vfs.NewWriter(out, 0), 1<<20)
 	iw, err := NewWriter(bw, p)
 	if err != nil {

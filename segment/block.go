@@ -215,14 +215,26 @@ func (bi *BlockIndex) Raw(records []byte, i int) []byte {
 
 // key returns record i's key; IndexBlock checked its header.
 func (bi *BlockIndex) key(records []byte, i int) []byte {
-	_, klen, _, hdr, _ := recordHeader(records[bi.offs[i]:])
-	start := int(bi.offs[i]) + hdr
-	return records[start : start+klen]
+	_, k := bi.Entry(records, i)
+	return k
 }
+
+// Entry returns record i's kind and key (aliasing records), unverified:
+// IndexBlock checked the header they are read from.
+func (bi *BlockIndex) Entry(records []byte, i int) (RecordKind, []byte) {
+	kind, klen, _, hdr, _ := recordHeader(records[bi.offs[i]:])
+	start := int(bi.offs[i]) + hdr
+	return kind, records[start : start+klen : start+klen]
+}
+
+// Points reports whether the block holds point records (else range
+// tombstones).
+func (bi *BlockIndex) Points() bool { return bi.points }
 
 // Search returns the index of key's point record in the block, trying
 // guess first (the record after or before the previous one read, in a
-// walk), then a binary search.
+// walk), then a binary search. When the block does not hold key, the index
+// is that of the first record whose key is after it (Len if none).
 func (bi *BlockIndex) Search(records []byte, key []byte, guess int) (int, bool) {
 	n := bi.Len()
 	if !bi.points || n == 0 {

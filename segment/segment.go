@@ -384,6 +384,7 @@ func recordError(path string, off int64, length, n int, err error) error {
 // ReplayResult summarises a replay of a data file.
 type ReplayResult struct {
 	Scan     wal.ScanResult
+	Version  uint32 // the data file format version its header names
 	Records  int
 	HasLink  bool
 	LinkID   uint64
@@ -433,6 +434,7 @@ func ReplayFile(f vfs.File, path string, limit int64, fn func(r Record, off int6
 	}
 	first := true
 	version := HeaderVersion(h)
+	res.Version = version
 	var walk FrameWalk
 	res.Scan, err = wal.Scan(f, path, HeaderSize, limit, func(frameOff int64, payload []byte) error {
 		return ForEachFrameRecord(path, version, frameOff, payload, MaxBlockRecords, &walk, func(r Record, off int64, length int) error {

@@ -23,7 +23,11 @@ type background struct {
 
 	tidyMu   sync.Mutex
 	tidyJobs []sealTidy
-	wg       sync.WaitGroup
+	// tidyRun is held while jobs taken from tidyJobs run, so that a
+	// runTidy returns only once every job queued before it is done, even
+	// those another runTidy took first.
+	tidyRun sync.Mutex
+	wg      sync.WaitGroup
 	// ctx ends at stop, so that a merge step in progress stops promptly.
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -99,6 +103,8 @@ func (b *background) runTidy() {
 	if b == nil {
 		return
 	}
+	b.tidyRun.Lock()
+	defer b.tidyRun.Unlock()
 	b.tidyMu.Lock()
 	jobs := b.tidyJobs
 	b.tidyJobs = nil

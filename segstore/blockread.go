@@ -1,11 +1,13 @@
 package segstore
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/segkv/segkv/corruption"
+	"github.com/segkv/segkv/index"
 	"github.com/segkv/segkv/segment"
 	"github.com/segkv/segkv/wal"
 )
@@ -84,15 +86,77 @@ const maxBlockSlots = 16
 
 // blockSlot is one file's last decoded block.
 type blockSlot struct {
-	df      *dataFile
+	df *dataFile
+	decodedBlock
+	// cur is the record last read, whose successor a walk reads next.
+	cur int
+}
+
+// decodedBlock is a block of a block file, decoded and verified (frame
+// checksum, codec, size, record headers and order), with the buffers it
+// reuses for the next block.
+type decodedBlock struct {
 	off     int64  // the block's frame offset; valid when records is not nil
+	length  uint32 // and its frame's length
 	records []byte // its records, decoded (aliases dec)
-	// bi locates records' records; cur is the record last read, whose
-	// successor a walk reads next.
-	bi    segment.BlockIndex
-	cur   int
-	dec   []byte // decoded records' buffer, reused
-	frame []byte // read buffer for a file read without a mapping
+	bi      segment.BlockIndex
+	dec     []byte // decoded records' buffer, reused
+	frame   []byte // read buffer for a file read without a mapping
+}
+
+// read decodes the block whose frame is [off, off+length) in block file d
+// into b; each record's own checksum is verified when it is read. A failed
+// read leaves b holding no block.
+func (b *decodedBlock) read(d *dataFile, off int64, length uint32) error {
+	b.records = nil
+	// A large value's buffers are dropped as soon as the walk moves on.
+	if cap(b.dec) > maxKeptBlockBuf {
+		b.dec = nil
+	}
+	if cap(b.frame) > maxKeptBlockBuf {
+		b.frame = nil
+	}
+	var frame []byte
+	if m := d.reader(); m != nil && off >= 0 && off+int64(length) <= int64(len(m.data)) {
+		frame = m.data[off : off+int64(length)]
+	} else {
+		var err error
+		if b.frame, err = d.readFrame(b.frame, off, length); err != nil {
+			return err
+		}
+		frame = b.frame
+	}
+	payload, err := wal.CheckFrame(frame, d.path, off)
+	if err != nil {
+		return err
+	}
+	records, dec, err := segment.DecodeBlock(b.dec, payload, segment.MaxBlockRecords, d.path, off)
+	b.dec = dec
+	if err != nil {
+		return err
+	}
+	if segment.Codec(payload[0]) == segment.CodecNone {
+		// Stored raw: keep a copy, not a slice of the mapping or of the
+		// read buffer.
+		b.dec = append(b.dec[:0], records...)
+		records = b.dec
+	}
+	if err := segment.IndexBlock(&b.bi, records, d.path, off); err != nil {
+		return err
+	}
+	b.off, b.length, b.records = off, length, records
+	return nil
+}
+
+// dropBuffers forgets the block, and its buffers if they are large.
+func (b *decodedBlock) dropBuffers() {
+	b.records = nil
+	if cap(b.dec) > maxKeptBlockBuf {
+		b.dec = nil
+	}
+	if cap(b.frame) > maxKeptBlockBuf {
+		b.frame = nil
+	}
 }
 
 // reset forgets every block, keeping the buffers, so that the cache holds no
@@ -100,15 +164,10 @@ type blockSlot struct {
 func (c *blockCache) reset() {
 	for i := range c.slots {
 		sl := &c.slots[i]
-		sl.df, sl.records = nil, nil
+		sl.df = nil
 		// A block of one large value is not kept for the cache's next
 		// user (a pooled iterator, the next point read).
-		if cap(sl.dec) > maxKeptBlockBuf {
-			sl.dec = nil
-		}
-		if cap(sl.frame) > maxKeptBlockBuf {
-			sl.frame = nil
-		}
+		sl.dropBuffers()
 	}
 	c.next = 0
 }
@@ -144,43 +203,10 @@ func (c *blockCache) block(d *dataFile, off int64, length uint32) (*blockSlot, e
 	if sl.records != nil && sl.off == off {
 		return sl, nil
 	}
-	sl.records = nil
-	// A large value's buffers are dropped as soon as the walk moves on.
-	if cap(sl.dec) > maxKeptBlockBuf {
-		sl.dec = nil
-	}
-	if cap(sl.frame) > maxKeptBlockBuf {
-		sl.frame = nil
-	}
-	var frame []byte
-	if m := d.reader(); m != nil && off >= 0 && off+int64(length) <= int64(len(m.data)) {
-		frame = m.data[off : off+int64(length)]
-	} else {
-		var err error
-		if sl.frame, err = d.readFrame(sl.frame, off, length); err != nil {
-			return nil, err
-		}
-		frame = sl.frame
-	}
-	payload, err := wal.CheckFrame(frame, d.path, off)
-	if err != nil {
+	if err := sl.read(d, off, length); err != nil {
 		return nil, err
 	}
-	records, dec, err := segment.DecodeBlock(sl.dec, payload, segment.MaxBlockRecords, d.path, off)
-	sl.dec = dec
-	if err != nil {
-		return nil, err
-	}
-	if segment.Codec(payload[0]) == segment.CodecNone {
-		// Stored raw: keep a copy, not a slice of the mapping or of the
-		// read buffer.
-		sl.dec = append(sl.dec[:0], records...)
-		records = sl.dec
-	}
-	if err := segment.IndexBlock(&sl.bi, records, d.path, off); err != nil {
-		return nil, err
-	}
-	sl.off, sl.records, sl.cur = off, records, -1
+	sl.cur = -1
 	return sl, nil
 }
 
@@ -214,21 +240,272 @@ func (c *blockCache) blockRecord(d *dataFile, off int64, length uint32, kind seg
 	if err != nil {
 		return segment.Record{}, nil, err
 	}
-	i, found := sl.bi.Search(sl.records, key, sl.cur+1)
+	rec, raw, found, err := sl.find(d, key)
+	if err != nil {
+		return segment.Record{}, nil, err
+	}
 	if !found {
 		return segment.Record{}, nil, corruption.New(d.path, off, "block holds no record of the key the index names")
-	}
-	raw = sl.bi.Raw(sl.records, i)
-	rec, n, err := segment.DecodeRecord(raw)
-	if err != nil || n != len(raw) {
-		return segment.Record{}, nil, corruption.New(d.path, off, "record %d of the block: %v", i, err)
 	}
 	if rec.Kind != kind {
 		return segment.Record{}, nil, kindError(d.path, off, rec.Kind, kind)
 	}
-	sl.cur = i
 	return rec, raw, nil
 }
+
+// findRecord is blockRecord for a lookup through a block file's index
+// (index.Index.BlockFile), which names the block that would hold key but
+// not whether it does: found reports it, and the record's kind is the
+// record's own.
+func (c *blockCache) findRecord(d *dataFile, off int64, length uint32, key []byte) (rec segment.Record, found bool, err error) {
+	sl, err := c.block(d, off, length)
+	if err != nil {
+		return segment.Record{}, false, err
+	}
+	rec, _, found, err = sl.find(d, key)
+	return rec, found, err
+}
+
+// find returns key's record in the slot's block, verified, if the block
+// holds it.
+func (sl *blockSlot) find(d *dataFile, key []byte) (rec segment.Record, raw []byte, found bool, err error) {
+	i, found := sl.bi.Search(sl.records, key, sl.cur+1)
+	if !found {
+		return segment.Record{}, nil, false, nil
+	}
+	raw = sl.bi.Raw(sl.records, i)
+	if rec, err = verifyBlockRecord(d, sl.off, i, raw); err != nil {
+		return segment.Record{}, nil, false, err
+	}
+	sl.cur = i
+	return rec, raw, true, nil
+}
+
+// verifyBlockRecord decodes record i of the block at off of d, raw, and
+// verifies its checksum.
+func verifyBlockRecord(d *dataFile, off int64, i int, raw []byte) (segment.Record, error) {
+	rec, n, err := segment.DecodeRecord(raw)
+	if err != nil || n != len(raw) {
+		return segment.Record{}, corruption.New(d.path, off, "record %d of the block: %v", i, err)
+	}
+	return rec, nil
+}
+
+// rawValue verifies the record a block cursor gave for key (e.raw) and
+// copies its value into buf (grown if needed).
+func rawValue(e iterEntry, buf, key []byte) (value, _ []byte, err error) {
+	rec, err := verifyRaw(e, key)
+	if err != nil {
+		return nil, buf, err
+	}
+	if cap(buf) < len(rec.Value) {
+		buf = make([]byte, len(rec.Value))
+	}
+	buf = append(buf[:0], rec.Value...)
+	return buf, buf, nil
+}
+
+// verifyRaw decodes and verifies the record a block cursor gave for key
+// (e.raw): its checksum, key and kind.
+func verifyRaw(e iterEntry, key []byte) (segment.Record, error) {
+	rec, n, err := segment.DecodeRecord(e.raw)
+	if err != nil || n != len(e.raw) {
+		return segment.Record{}, corruption.New(e.df.path, e.off, "record of key %q in the block: %v", key, err)
+	}
+	if !bytes.Equal(rec.Key, key) || rec.Kind != e.kind {
+		return segment.Record{}, corruption.New(e.df.path, e.off, "record in the block is not the one its key was read from")
+	}
+	return rec, nil
+}
+
+// borrowBlockCache returns a cache from the store's pool for one point
+// read or probe; give it back with returnBlockCache.
+func (s *Store) borrowBlockCache() *blockCache {
+	if c, ok := s.blockCaches.Get().(*blockCache); ok {
+		return c
+	}
+	return new(blockCache)
+}
+
+// returnBlockCache resets c and puts it back in the pool.
+func (s *Store) returnBlockCache(c *blockCache) {
+	c.reset()
+	s.blockCaches.Put(c)
+}
+
+// blockCursor walks a sealed block file through its index, whose entries
+// are the file's blocks (index.Index.BlockFile): it decodes each block once
+// and steps through its records, so a scan or a merge reads keys and
+// values from the decoded block. It keeps the block it left last beside
+// the current one, so the record of the key a mergingIter took last (its
+// entry's raw) stays readable while the cursor has moved one step on,
+// into the next block.
+type blockCursor struct {
+	df  *dataFile
+	r   index.Reader
+	n   int // blocks
+	pos int // the current block's position, -1 or n off the ends
+	// bufs hold the current block (bufs[cur]) and the one before it;
+	// blockAt[i] is the position of the block bufs[i] holds, or -1.
+	bufs    [2]decodedBlock
+	blockAt [2]int
+	cur     int
+	i       int // the current record in the current block
+	kind    segment.RecordKind
+	k       []byte
+	e       error
+}
+
+// init sets the cursor up for df, whose index is ix, with bufs' buffers
+// (zero: none yet).
+func (c *blockCursor) init(df *dataFile, ix *index.Index, bufs [2]decodedBlock) {
+	*c = blockCursor{df: df, r: ix.NewReader(), n: ix.Len(), pos: -1, blockAt: [2]int{-1, -1}, bufs: bufs}
+	for i := range c.bufs {
+		c.bufs[i].records = nil
+	}
+}
+
+// release forgets the file and the blocks and returns the buffers, the
+// large ones dropped, for another cursor.
+func (c *blockCursor) release() [2]decodedBlock {
+	bufs := c.bufs
+	for i := range bufs {
+		bufs[i].dropBuffers()
+	}
+	*c = blockCursor{}
+	return bufs
+}
+
+// load makes block pos the current one, decoding it unless one of the
+// buffers holds it.
+func (c *blockCursor) load(pos int) bool {
+	if c.e != nil || pos < 0 || pos >= c.n {
+		c.pos = max(min(pos, c.n), -1)
+		return false
+	}
+	c.pos = pos
+	if c.blockAt[c.cur] == pos {
+		return true
+	}
+	if c.blockAt[c.cur^1] == pos {
+		c.cur ^= 1
+		return true
+	}
+	e, err := c.r.At(pos)
+	if err != nil {
+		c.e = err
+		return false
+	}
+	c.cur ^= 1
+	c.blockAt[c.cur] = -1
+	b := &c.bufs[c.cur]
+	if err := b.read(c.df, e.Offset, e.Length); err != nil {
+		c.e = err
+		return false
+	}
+	if !b.bi.Points() || b.bi.Len() == 0 {
+		c.e = corruption.New(c.df.path, e.Offset, "the index names a block without point records")
+		return false
+	}
+	// The index's entry is the block's last key: a block that ends
+	// elsewhere is not the block the index was built from.
+	if _, last := b.bi.Entry(b.records, b.bi.Len()-1); !bytes.Equal(last, e.Key) {
+		c.e = corruption.New(c.df.path, e.Offset, "block's last key is not the one its index entry names")
+		return false
+	}
+	c.blockAt[c.cur] = pos
+	return true
+}
+
+// at makes record i of the current block the current one.
+func (c *blockCursor) at(i int) bool {
+	b := &c.bufs[c.cur]
+	c.i = i
+	c.kind, c.k = b.bi.Entry(b.records, i)
+	return true
+}
+
+func (c *blockCursor) seekGE(key []byte) bool {
+	c.e = nil
+	pos := 0
+	if key != nil {
+		if pos, c.e = c.r.Index().Search(key); c.e != nil {
+			return false
+		}
+	}
+	if !c.load(pos) {
+		return false
+	}
+	i := 0
+	if key != nil {
+		b := &c.bufs[c.cur]
+		i, _ = b.bi.Search(b.records, key, -1)
+	}
+	// The block's last key is >= key, so i is a record of it.
+	return c.at(i)
+}
+
+func (c *blockCursor) seekLT(key []byte) bool {
+	c.e = nil
+	pos := c.n - 1
+	if key != nil {
+		if pos, c.e = c.r.Index().Search(key); c.e != nil {
+			return false
+		}
+		if pos < c.n {
+			if !c.load(pos) {
+				return false
+			}
+			b := &c.bufs[c.cur]
+			if i, _ := b.bi.Search(b.records, key, -1); i > 0 {
+				return c.at(i - 1)
+			}
+		}
+		pos-- // every key of block pos is >= key
+	}
+	if !c.load(pos) {
+		return false
+	}
+	return c.at(c.bufs[c.cur].bi.Len() - 1)
+}
+
+func (c *blockCursor) next() bool {
+	if c.pos >= 0 && c.pos < c.n && c.i+1 < c.bufs[c.cur].bi.Len() {
+		return c.at(c.i + 1)
+	}
+	if c.pos >= c.n || !c.load(c.pos+1) {
+		return false
+	}
+	return c.at(0)
+}
+
+func (c *blockCursor) prev() bool {
+	if c.pos >= 0 && c.pos < c.n && c.i > 0 {
+		return c.at(c.i - 1)
+	}
+	if c.pos < 0 || !c.load(c.pos-1) {
+		return false
+	}
+	return c.at(c.bufs[c.cur].bi.Len() - 1)
+}
+
+func (c *blockCursor) key() []byte { return c.k }
+
+// entry names the current record's block, as the entries of a block file's
+// dense index do.
+func (c *blockCursor) entry() (int64, uint32, segment.RecordKind) {
+	b := &c.bufs[c.cur]
+	return b.off, b.length, c.kind
+}
+
+// raw returns the current record's encoding, unverified (its frame was):
+// valid until the cursor moves two blocks on.
+func (c *blockCursor) raw() []byte {
+	b := &c.bufs[c.cur]
+	return b.bi.Raw(b.records, c.i)
+}
+
+func (c *blockCursor) err() error { return c.e }
 
 // readBlockValue is readRecord for a block file: key's value copied into
 // buf (grown if needed), read through c, or through a cache from the

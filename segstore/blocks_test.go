@@ -210,6 +210,10 @@ func TestDamagedBlockIsRefused(t *testing.T) {
 				}
 				require.Equal(t, m[string(it.Key())], string(v))
 			}
+			if scanErr == nil {
+				// The walk of the keys reached the block first.
+				scanErr = it.Err()
+			}
 			require.NoError(t, it.Close())
 			require.ErrorIs(t, scanErr, ErrCorrupt)
 			rep, err := s.Verify(context.Background())

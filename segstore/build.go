@@ -31,7 +31,15 @@ func (s *Store) buildSegment(df *dataFile, length int64, digest uint64, entries 
 		}
 	}
 	ident := index.Identity{DataLength: length, DataDigest: digest}
-	ixData, ixSum, err := index.EncodeWithRanges(entries, ranges, ident)
+	encode := index.EncodeWithRanges
+	if df.format.Load() == formatBlocks {
+		// An imported block file (an import knows its format): an index
+		// entry per block. (A dense index of a block file would read
+		// correctly too, and a file whose format is not known yet is a
+		// sealed live file, whose records are not in blocks.)
+		encode = index.EncodeBlockFile
+	}
+	ixData, ixSum, err := encode(entries, ranges, ident)
 	if err != nil {
 		return nil, nil, fmt.Errorf("segkv: encode index of %s: %w", df.path, err)
 	}

@@ -126,15 +126,18 @@ func (s *Store) checkSegment(sg *sealed) error {
 	if err := ix.Scrub(); err != nil {
 		return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
 	}
-	if uint64(ix.Len()) != sg.meta.Keys {
-		return fmt.Errorf("segkv: check %s: index has %d keys, manifest %d", sg.df.path, ix.Len(), sg.meta.Keys)
-	}
 	blocks, err := sg.df.blockFormat()
 	if err != nil {
 		return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
 	}
 	var cache blockCache
 	defer cache.reset()
+	if ix.BlockFile() {
+		return checkBlockEntries(sg, ix, &cache)
+	}
+	if uint64(ix.Len()) != sg.meta.Keys {
+		return fmt.Errorf("segkv: check %s: index has %d keys, manifest %d", sg.df.path, ix.Len(), sg.meta.Keys)
+	}
 	for i := 0; i < ix.Len(); i++ {
 		e, err := ix.At(i)
 		if err != nil {
@@ -228,6 +231,37 @@ func (s *Store) verifySegment(sg *sealed) error {
 	}
 	if digest != sg.meta.DataDigest {
 		return corruption.New(sg.df.path, -1, "digest %016x, the manifest recorded %016x", digest, sg.meta.DataDigest)
+	}
+	return nil
+}
+
+// checkBlockEntries checks each block a block file's index names: it
+// decodes, every record in it verifies, and its last key is the entry's;
+// and the blocks hold as many keys as the manifest recorded.
+func checkBlockEntries(sg *sealed, ix *index.Index, c *blockCache) error {
+	var keys uint64
+	for i := 0; i < ix.Len(); i++ {
+		e, err := ix.At(i)
+		if err != nil {
+			return fmt.Errorf("segkv: check %s block entry %d: %w", sg.df.path, i, err)
+		}
+		sl, err := c.block(sg.df, e.Offset, e.Length)
+		if err != nil {
+			return fmt.Errorf("segkv: check %s block entry %d: %w", sg.df.path, i, err)
+		}
+		n := sl.bi.Len()
+		for j := range n {
+			if _, err := verifyBlockRecord(sg.df, e.Offset, j, sl.bi.Raw(sl.records, j)); err != nil {
+				return fmt.Errorf("segkv: check %s: %w", sg.df.path, err)
+			}
+		}
+		if _, last := sl.bi.Entry(sl.records, max(n-1, 0)); n == 0 || !sl.bi.Points() || !bytes.Equal(last, e.Key) {
+			return fmt.Errorf("%w: check %s block entry %d: the block at %d does not end with the entry's key", ErrCorrupt, sg.df.path, i, e.Offset)
+		}
+		keys += uint64(n)
+	}
+	if keys != sg.meta.Keys {
+		return fmt.Errorf("segkv: check %s: index's blocks hold %d keys, manifest %d", sg.df.path, keys, sg.meta.Keys)
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package segstore
 import (
 	"bytes"
 	"fmt"
+	"math"
 	"slices"
 	"sync"
 
@@ -75,6 +76,7 @@ type segGarbage struct {
 
 type garbageSample struct {
 	pos    int
+	key    []byte // in a block file, the sampled key (else the index's at pos)
 	length uint32
 	tomb   bool
 	dead   bool
@@ -143,6 +145,7 @@ func (s *Store) refreshGarbage(newestFirst []*sealed, listSeq uint64) garbageByt
 	}
 	t.mu.Unlock()
 
+	var blocks blockCache // block files' blocks the samples and probes read
 	for i, sg := range newestFirst {
 		if sg.meta.Origin != 0 {
 			continue // mirrored: the leader's to merge
@@ -150,10 +153,10 @@ func (s *Store) refreshGarbage(newestFirst []*sealed, listSeq uint64) garbageByt
 		g := work[sg]
 		var err error
 		if g == nil {
-			g, err = sampleGarbage(sg)
+			g, err = sampleGarbage(sg, &blocks)
 		}
 		if err == nil {
-			err = g.update(sg, newestFirst[:i], newestFirst[i+1:], listSeq)
+			err = g.update(sg, newestFirst[:i], newestFirst[i+1:], listSeq, &blocks)
 		}
 		if err != nil {
 			delete(work, sg)
@@ -162,6 +165,7 @@ func (s *Store) refreshGarbage(newestFirst []*sealed, listSeq uint64) garbageByt
 		}
 		work[sg] = g
 	}
+	blocks.reset()
 
 	present := make(map[*sealed]bool, len(newestFirst))
 	for _, sg := range newestFirst {
@@ -206,10 +210,15 @@ type garbageBytes map[*sealed]int64
 func (gb garbageBytes) of(sg *sealed) int64 { return gb[sg] }
 
 // sampleGarbage picks the segment's sample positions and reads their
-// record lengths and kinds.
-func sampleGarbage(sg *sealed) (*segGarbage, error) {
+// record lengths and kinds. In a block file, whose index positions are
+// blocks, a sample is the middle record of a block, read through c, with
+// the block's share of bytes per record as its length.
+func sampleGarbage(sg *sealed, c *blockCache) (*segGarbage, error) {
 	g := &segGarbage{}
 	ix := sg.index()
+	if ix.BlockFile() {
+		return g, g.sampleBlocks(sg, ix, c)
+	}
 	n := ix.Len()
 	m := min(n, garbageSamples)
 	g.samples = make([]garbageSample, m)
@@ -225,10 +234,43 @@ func sampleGarbage(sg *sealed) (*segGarbage, error) {
 	return g, nil
 }
 
+// sampleBlocks samples a block file, whose index positions are blocks:
+// every record when the file holds at most garbageSamples keys, else
+// evenly spaced records of evenly spaced blocks, about garbageSamples in
+// all, read through c. A sample's length is its block's bytes per record.
+func (g *segGarbage) sampleBlocks(sg *sealed, ix *index.Index, c *blockCache) error {
+	n := ix.Len()
+	m, per := n, math.MaxInt // every record
+	if sg.meta.Keys > garbageSamples {
+		m = min(n, garbageSamples)
+		per = max(1, garbageSamples/max(m, 1))
+	}
+	for j := range m {
+		pos := int((int64(2*j+1) * int64(n)) / int64(2*m))
+		e, err := ix.At(pos)
+		if err != nil {
+			return fmt.Errorf("segkv: read index of %s: %w", sg.df.path, err)
+		}
+		sl, err := c.block(sg.df, e.Offset, e.Length)
+		if err != nil {
+			return fmt.Errorf("segkv: read %s: %w", sg.df.path, err)
+		}
+		recs := sl.bi.Len()
+		length := max(e.Length/uint32(max(recs, 1)), 1)
+		k := min(recs, per)
+		for r := range k {
+			kind, key := sl.bi.Entry(sl.records, int((int64(2*r+1)*int64(recs))/int64(2*k)))
+			g.samples = append(g.samples, garbageSample{pos: pos, key: bytes.Clone(key), length: length, tomb: kind == segment.KindDelete})
+			g.total += int64(length)
+		}
+	}
+	return nil
+}
+
 // update checks the live samples against the segments added newer than
 // the last update, and the live tombstone samples against the older ones
 // if the list changed.
-func (g *segGarbage) update(sg *sealed, newer, older []*sealed, listSeq uint64) error {
+func (g *segGarbage) update(sg *sealed, newer, older []*sealed, listSeq uint64, c *blockCache) error {
 	var fresh []*sealed
 	maxOrder := g.newerSeen
 	for _, n := range newer {
@@ -247,17 +289,21 @@ func (g *segGarbage) update(sg *sealed, newer, older []*sealed, listSeq uint64) 
 		if smp.dead || (len(fresh) == 0 && !smp.tomb) {
 			continue
 		}
-		e, err := ix.At(smp.pos)
-		if err != nil {
-			return err
+		key := smp.key
+		if key == nil {
+			e, err := ix.At(smp.pos)
+			if err != nil {
+				return err
+			}
+			key = e.Key
 		}
-		probe := index.NewProbe(e.Key)
-		dead, err := anyHolds(fresh, &probe)
+		probe := index.NewProbe(key)
+		dead, err := anyHolds(fresh, &probe, c)
 		if err != nil {
 			return err
 		}
 		if !dead && smp.tomb && recheckTombs {
-			held, err := anyHolds(older, &probe)
+			held, err := anyHolds(older, &probe, c)
 			if err != nil {
 				return err
 			}
@@ -274,7 +320,9 @@ func (g *segGarbage) update(sg *sealed, newer, older []*sealed, listSeq uint64) 
 
 // anyHolds reports whether one of segs holds the probe's key: a record of
 // it (of any kind), or a range tombstone over it.
-func anyHolds(segs []*sealed, p *index.Probe) (bool, error) {
+// A block file's index names only the block that would hold the key: the
+// block is read through c to find out.
+func anyHolds(segs []*sealed, p *index.Probe, c *blockCache) (bool, error) {
 	key := p.Key()
 	for _, sg := range segs {
 		ix := sg.index()
@@ -284,9 +332,14 @@ func anyHolds(segs []*sealed, p *index.Probe) (bool, error) {
 		if !mayHoldKey(sg, key) {
 			continue
 		}
-		_, found, _, err := ix.Lookup(p)
+		e, found, _, err := ix.Lookup(p)
 		if err != nil {
 			return false, fmt.Errorf("segkv: read index of %s: %w", sg.df.path, err)
+		}
+		if found && ix.BlockFile() {
+			if _, found, err = c.findRecord(sg.df, e.Offset, e.Length, key); err != nil {
+				return false, fmt.Errorf("segkv: read %s: %w", sg.df.path, err)
+			}
 		}
 		if found {
 			return true, nil
@@ -314,19 +367,20 @@ func mayHoldKey(sg *sealed, key []byte) bool {
 // the segments newer than it shadow, and the point tombstones with nothing
 // older to delete. Its segments are pinned for the rewrite.
 type reclaimer struct {
-	newer []*sealed
-	older []*sealed
+	newer  []*sealed
+	older  []*sealed
+	blocks blockCache // the blocks of block files it probes
 }
 
 // drop reports whether the rewrite may leave out the entry e for key.
 func (r *reclaimer) drop(key []byte, kind segment.RecordKind) (bool, error) {
 	p := index.NewProbe(key)
-	if dead, err := anyHolds(r.newer, &p); dead || err != nil {
+	if dead, err := anyHolds(r.newer, &p, &r.blocks); dead || err != nil {
 		return dead, err
 	}
 	if kind != index.KindDelete {
 		return false, nil
 	}
-	held, err := anyHolds(r.older, &p)
+	held, err := anyHolds(r.older, &p, &r.blocks)
 	return !held, err
 }

@@ -327,7 +327,11 @@ func (it *Iterator) readCurrent(buf []byte) (value, _ []byte, err error) {
 		it.err = ErrClosed
 		return nil, buf, ErrClosed
 	}
-	value, buf, err = it.sn.s.readRecordCached(it.cur.df, &it.blocks, buf, it.cur.off, it.cur.length, it.cur.kind, it.key)
+	if it.cur.raw != nil {
+		value, buf, err = rawValue(it.cur, buf, it.key)
+	} else {
+		value, buf, err = it.sn.s.readRecordCached(it.cur.df, &it.blocks, buf, it.cur.off, it.cur.length, it.cur.kind, it.key)
+	}
 	if err != nil {
 		it.err = err
 	}
@@ -346,7 +350,11 @@ func (it *Iterator) usable() bool {
 }
 
 // Err returns the first error the iterator met: ErrClosed once the store
-// or the snapshot it reads was closed.
+// or the snapshot it reads was closed, or damage or a read error where it
+// walks keys. A value that fails to read (Value's error, recorded here
+// too) does not stop the walk; a damaged block of a merged segment does,
+// since its keys are in it: the walk ends there, with the error here, and
+// never skips keys silently.
 func (it *Iterator) Err() error { return it.err }
 
 // Close releases the iterator (and its snapshot, if it made one). A second

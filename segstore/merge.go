@@ -615,7 +615,11 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 		if err != nil {
 			return fmt.Errorf("segkv: merge: %w", err)
 		}
-		if walked += int64(e.length); walked >= mergeFrameBytes {
+		walkedNow := int64(e.length)
+		if e.raw != nil {
+			walkedNow = int64(len(e.raw)) // e.length is the whole block's
+		}
+		if walked += walkedNow; walked >= mergeFrameBytes {
 			walked = 0
 			if err := w.ctx.Err(); err != nil {
 				return err
@@ -632,6 +636,16 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 			continue
 		}
 		in := len(run) - 1 - prio
+		if e.raw != nil {
+			// From a block cursor: verified before it is copied, as below.
+			if _, err := verifyRaw(e, key); err != nil {
+				return fmt.Errorf("segkv: merge: %w", err)
+			}
+			if err := w.keep(key, e.raw); err != nil {
+				return err
+			}
+			continue
+		}
 		if !formatKnown[in] {
 			blocks, err := run[in].df.blockFormat()
 			if err != nil {
@@ -646,16 +660,21 @@ func (w *mergeWriter) writeSurvivors(run []*sealed, handles []*fileHandle, dropT
 		if rec, buf, err = readMergeRecord(run[in], maps[in], handles[in], caches[in], key, e, buf); err != nil {
 			return err
 		}
-		if w.keys == 0 {
-			w.firstKey = bytes.Clone(key)
-		}
-		w.lastKey = append(w.lastKey[:0], key...)
-		w.keys++
-		if err := w.add(rec); err != nil {
+		if err := w.keep(key, rec); err != nil {
 			return err
 		}
 	}
 	return w.flush()
+}
+
+// keep writes rec, the surviving record of key, to the output.
+func (w *mergeWriter) keep(key, rec []byte) error {
+	if w.keys == 0 {
+		w.firstKey = bytes.Clone(key)
+	}
+	w.lastKey = append(w.lastKey[:0], key...)
+	w.keys++
+	return w.add(rec)
 }
 
 // readMergeRecord returns the record e (of key) of input sg, verified:

@@ -28,6 +28,9 @@ type mergingIter struct {
 	rangesUpTo int
 	// heapSpace is the heap's array when the sources fit in it.
 	heapSpace [8]*iterSource
+	// spareBlocks are the block buffers of the block cursors of the
+	// sources reset last, for the next block cursors to reuse.
+	spareBlocks [][2]decodedBlock
 }
 
 // addSource appends a source and returns it, zero but for its prio, for
@@ -45,6 +48,17 @@ func (m *mergingIter) addSource() *iterSource {
 func (m *mergingIter) addSegment(df *dataFile, ix *index.Index) {
 	src := m.addSource()
 	src.df, src.ranges = df, ix.Ranges()
+	if ix.BlockFile() {
+		var bufs [2]decodedBlock
+		if n := len(m.spareBlocks); n > 0 {
+			bufs = m.spareBlocks[n-1]
+			m.spareBlocks[n-1] = [2]decodedBlock{}
+			m.spareBlocks = m.spareBlocks[:n-1]
+		}
+		src.blkCur.init(df, ix, bufs)
+		src.cur, src.blocks = &src.blkCur, true
+		return
+	}
 	src.ixCur.r, src.ixCur.n = ix.NewReader(), ix.Len()
 	src.cur = &src.ixCur
 }
@@ -66,6 +80,11 @@ func (m *mergingIter) ready() {
 
 // reset clears m for reuse, keeping the sources' array unless it is large.
 func (m *mergingIter) reset(maxSources int) {
+	for i := range m.srcs {
+		if src := &m.srcs[i]; src.blocks && len(m.spareBlocks) < maxSources {
+			m.spareBlocks = append(m.spareBlocks, src.blkCur.release())
+		}
+	}
 	clear(m.srcs) // the slots past len are zero already
 	m.srcs = m.srcs[:0]
 	if cap(m.srcs) > maxSources {
@@ -159,12 +178,16 @@ func (m *mergingIter) rangeCovered(key []byte, prio int) bool {
 	return false
 }
 
-// iterEntry is where the newest version of a key is: a record of a data file.
+// iterEntry is where the newest version of a key is: a record of a data
+// file, or in a block file the block holding it. raw is, from a block
+// cursor, the record's encoding (unverified), valid until the mergingIter
+// moves again.
 type iterEntry struct {
 	df     *dataFile
 	off    int64
 	length uint32
 	kind   segment.RecordKind
+	raw    []byte
 }
 
 // cursor walks one sorted input: a frozen live file directory or a sealed
@@ -188,6 +211,8 @@ type iterSource struct {
 	k      []byte
 	ranges spanSet     // the source's range tombstones
 	ixCur  indexCursor // a sealed segment's cursor (cur points at it)
+	blkCur blockCursor // a sealed block file's cursor (cur points at it)
+	blocks bool        // cur is blkCur
 }
 
 // move records the outcome of a cursor move.
@@ -200,7 +225,11 @@ func (src *iterSource) move(ok bool) bool {
 
 func (src *iterSource) entry() iterEntry {
 	off, length, kind := src.cur.entry()
-	return iterEntry{df: src.df, off: off, length: length, kind: kind}
+	e := iterEntry{df: src.df, off: off, length: length, kind: kind}
+	if src.blocks {
+		e.raw = src.blkCur.raw()
+	}
+	return e
 }
 
 // wrap names the source's data file in an error its cursor met.

@@ -774,9 +774,13 @@ func (s *Store) get(key []byte) ([]byte, error) {
 func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 	probe := index.NewProbe(key) // hashed once for every segment's bloom filter
 	var filtered int64           // segments the bloom filters ruled out: counted once, at the end
+	var blocks *blockCache       // borrowed at the first block file's block read
 	defer func() {
 		if filtered > 0 {
 			s.stats.bloomNegs.Add(filtered)
+		}
+		if blocks != nil {
+			s.returnBlockCache(blocks)
 		}
 	}()
 	for _, seg := range segs {
@@ -784,6 +788,25 @@ func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 		e, ok, bloomNeg, err := ix.Lookup(&probe)
 		if err != nil {
 			return nil, fmt.Errorf("segkv: get: %w", err)
+		}
+		if ok && ix.BlockFile() {
+			// The index named the block that would hold the key; the
+			// block says whether it does.
+			if blocks == nil {
+				blocks = s.borrowBlockCache()
+			}
+			rec, found, err := blocks.findRecord(seg.df, e.Offset, e.Length, key)
+			if err != nil {
+				return nil, fmt.Errorf("segkv: get: %w", err)
+			}
+			if found {
+				if rec.Kind == segment.KindDelete {
+					return nil, ErrNotFound
+				}
+				s.stats.readBytes.Add(int64(e.Length))
+				return bytes.Clone(rec.Value), nil
+			}
+			ok = false
 		}
 		if !ok {
 			if bloomNeg {
