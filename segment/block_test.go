@@ -864,3 +864,39 @@ func FindInBlock(records []byte, key []byte, path string, off int64) (r Record, 
 	}
 	return Record{}, nil, false, nil
 }
+
+// TestBlockIndexEntryAndSearch: Entry gives each record's kind and key as
+// the block holds them, and Search gives the lower bound of an absent key
+// (the first record after it), which a cursor's seek relies on.
+func TestBlockIndexEntryAndSearch(t *testing.T) {
+	var rs []rec
+	for i := 0; i < 40; i += 2 {
+		r := rec{KindPut, fmt.Sprintf("k%02d", i), fmt.Sprintf("v%d", i)}
+		if i%3 == 0 {
+			r = rec{KindDelete, r.Key, ""}
+		}
+		rs = append(rs, r)
+	}
+	records := encodeRecs(rs)
+	var bi BlockIndex
+	require.NoError(t, IndexBlock(&bi, records, "blk", 0))
+	require.True(t, bi.Points())
+	require.Equal(t, len(rs), bi.Len())
+	for i, want := range rs {
+		kind, key := bi.Entry(records, i)
+		require.Equal(t, want.Kind, kind)
+		require.Equal(t, want.Key, string(key))
+		require.Equal(t, len(key), cap(key), "a key must not expose the bytes after it")
+		j, found := bi.Search(records, key, -1)
+		require.True(t, found)
+		require.Equal(t, i, j)
+	}
+	for key, want := range map[string]int{"": 0, "k": 0, "k00\x00": 1, "k01": 1, "k37": 19, "k38": 19, "k38\x00": 20, "l": 20} {
+		j, _ := bi.Search(records, []byte(key), -1)
+		require.Equal(t, want, j, "lower bound of %q", key)
+	}
+	var ranges BlockIndex
+	rangeRecs := encodeRecs([]rec{{KindRangeDelete, "a", "c"}})
+	require.NoError(t, IndexBlock(&ranges, rangeRecs, "blk", 0))
+	require.False(t, ranges.Points())
+}

@@ -105,10 +105,24 @@ func TestMergeWritesBlocks(t *testing.T) {
 			checkAndClose(t, s)
 
 			// The index is a cache: without it, Open rebuilds it from the
-			// blocks, and the answers are the same.
-			require.NoError(t, mem.Remove(filepath.Join("/db", segment.IndexName(segs[0].ID))))
+			// blocks, byte for byte, and the answers are the same.
+			idxPath := filepath.Join("/db", segment.IndexName(segs[0].ID))
+			idx, err := mem.ReadFile(idxPath)
+			require.NoError(t, err)
+			require.NoError(t, mem.Remove(idxPath))
 			s = mustOpen(t, "/db", o)
 			require.NoError(t, fullDiff(s, m, nil))
+			require.Len(t, s.RecoveryReport().RebuiltIndexes, 1)
+			again, err := mem.ReadFile(idxPath)
+			require.NoError(t, err)
+			require.Equal(t, idx, again)
+			// Sparse: an entry per block, far fewer than the keys, and
+			// the file a few bytes per key (a dense one is above 30).
+			ix := s.Segments()[0]
+			sg := s.mu.segs[0]
+			require.True(t, sg.index().BlockFile())
+			require.Less(t, sg.index().Len(), int(ix.Keys)/4)
+			require.Less(t, int64(len(idx)), 8*int64(ix.Keys), "index of %d keys", ix.Keys)
 
 			// A merge of a block file with newer data reads the blocks.
 			require.NoError(t, s.Put([]byte("key-00000"), []byte("newest")))
