@@ -148,6 +148,11 @@ func TestBlockFileIndexRefuses(t *testing.T) {
 		"length differs within a block": func(es []Entry) { es[6].Length++ },
 		"block before the previous":     func(es []Entry) { es[10].Offset = es[4].Offset - 1 },
 		"empty block":                   func(es []Entry) { es[19].Length = 0 },
+		"overlapping blocks": func(es []Entry) {
+			for i := 5; i < 10; i++ {
+				es[i].Offset = es[0].Offset + 1
+			}
+		},
 	} {
 		es := make([]Entry, len(base))
 		copy(es, base)

@@ -175,6 +175,10 @@ func (iw *Writer) Add(e Entry) error {
 		iw.groupKey = append(iw.groupKey[:0], e.Key...)
 		return nil
 	}
+	if iw.inGroup && e.Offset < iw.group.Offset+int64(iw.group.Length) {
+		return iw.fail(fmt.Errorf("%w: entry %d (key %q): block at %d overlaps the previous one, [%d, +%d)",
+			ErrInvalidEntries, i, truncKey(e.Key), e.Offset, iw.group.Offset, iw.group.Length))
+	}
 	if err := iw.endGroup(); err != nil {
 		return err
 	}
