@@ -1,9 +1,14 @@
 package segstore
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -70,6 +75,556 @@ func TestSparseBreakDenseBlockIndexLost(t *testing.T) {
 			require.NoError(t, err, "a store whose block file lost its dense index does not open")
 			defer s.Close()
 			require.NoError(t, fullDiff(s, denseBlockWant(), []string{"", "k9999"}))
+			require.NoError(t, s.Check())
+		})
+	}
+}
+
+// ---- model check of every reader over sparse-indexed block files ----
+
+// sbUniverse is the key space of the model tests: the empty key, keys that
+// are prefixes of each other, keys around NUL and 0xff, and a run of
+// numbered keys with a long shared prefix.
+func sbUniverse() []string {
+	u := []string{"", "\x00", "\x00\x00", "a", "a\x00", "ab", "abc", "abc\x00", "abd", "b", "ba", "z", "\xff", "\xff\x00", "\xff\xff"}
+	for i := range 150 {
+		u = append(u, fmt.Sprintf("k%03d", i))
+	}
+	slices.Sort(u)
+	return u
+}
+
+// sbProbes are keys the model tests seek to and get besides the universe:
+// between and around its keys, never written.
+var sbProbes = []string{"\x00\x01", "a\x00\x00", "aa", "abb", "abc\x00\x00", "abcd", "k", "k0", "k000\x00", "k05", "k0505", "k149\x00", "k15", "k999", "y", "zz", "\xfe", "\xff\x00\x00", "\xff\xff\x00", "\xff\xff\xff"}
+
+// sbValue is a value of generation gen for key: now and then a large one
+// (more than two blocks' worth: a merge gives it a block of its own).
+func sbValue(rng *rand.Rand, gen int, key string) string {
+	v := fmt.Sprintf("g%d-%q-%d", gen, key, rng.IntN(1000))
+	if rng.IntN(12) == 0 {
+		v += strings.Repeat("L", 9000+rng.IntN(3000))
+	}
+	return v
+}
+
+// sbCraftStream returns a block data file stream for one generation: a
+// block of range tombstones (maybe), then point records of a random subset
+// of keys in key order, cut into blocks of 1 to 8 records, each block
+// compressed or not at random. It applies the generation to m: the range
+// tombstones delete the older segments' keys, then the points are newer.
+func sbCraftStream(t *testing.T, rng *rand.Rand, gen int, m model) []byte {
+	u := sbUniverse()
+	var payloads [][]byte
+	if rng.IntN(2) == 0 {
+		a, b := rng.IntN(len(u)), rng.IntN(len(u))
+		if a > b {
+			a, b = b, a
+		}
+		if a != b {
+			payloads = append(payloads, bbRaw(bbRec(segment.KindRangeDelete, u[a], u[b])))
+			m.deleteRange(u[a], u[b])
+		}
+	}
+	var recs []byte
+	n := 0
+	limit := 1 + rng.IntN(8)
+	flush := func() {
+		if n == 0 {
+			return
+		}
+		codec := segment.CodecNone
+		if rng.IntN(2) == 0 {
+			codec = segment.CodecS2
+		}
+		payloads = append(payloads, segment.AppendBlock(nil, recs, codec))
+		recs, n, limit = nil, 0, 1+rng.IntN(8)
+	}
+	for _, k := range u {
+		if rng.IntN(5) >= 2 {
+			continue
+		}
+		if rng.IntN(5) == 0 {
+			recs = append(recs, bbRec(segment.KindDelete, k, "")...)
+			delete(m, k)
+		} else {
+			v := sbValue(rng, gen, k)
+			recs = append(recs, bbRec(segment.KindPut, k, v)...)
+			m[k] = v
+		}
+		if n++; n >= limit {
+			flush()
+		}
+	}
+	flush()
+	if len(payloads) == 0 {
+		payloads = append(payloads, bbRaw(bbRec(segment.KindPut, "k000", "only")))
+		m["k000"] = "only"
+	}
+	return bbStream(payloads...)
+}
+
+// sbRefIter is the model's iterator: the sorted keys within the bounds.
+type sbRefIter struct {
+	keys []string
+	pos  int // -1: not valid
+}
+
+func newSBRefIter(m model, lower, upper, prefix []byte) *sbRefIter {
+	r := &sbRefIter{pos: -1}
+	for _, k := range sortedKeys(m) {
+		if lower != nil && k < string(lower) || upper != nil && k >= string(upper) || prefix != nil && !strings.HasPrefix(k, string(prefix)) {
+			continue
+		}
+		r.keys = append(r.keys, k)
+	}
+	return r
+}
+
+func (r *sbRefIter) seekGE(k string) bool {
+	r.pos, _ = slices.BinarySearch(r.keys, k)
+	if r.pos >= len(r.keys) {
+		r.pos = -1
+	}
+	return r.pos >= 0
+}
+
+func (r *sbRefIter) seekLT(k *string) bool {
+	if k == nil {
+		r.pos = len(r.keys) - 1
+	} else {
+		i, _ := slices.BinarySearch(r.keys, *k)
+		r.pos = i - 1
+	}
+	return r.pos >= 0
+}
+
+func (r *sbRefIter) next() bool {
+	if r.pos < 0 {
+		return false
+	}
+	if r.pos++; r.pos >= len(r.keys) {
+		r.pos = -1
+	}
+	return r.pos >= 0
+}
+
+func (r *sbRefIter) prev() bool {
+	if r.pos < 0 {
+		return false
+	}
+	r.pos--
+	return r.pos >= 0
+}
+
+// sbCheckStore compares Get, full scans both ways, and random walks of
+// bounded, prefixed iterators (seeks into the gaps between keys, direction
+// switches, steps across block boundaries) with m.
+func sbCheckStore(t *testing.T, s *Store, m model, rng *rand.Rand, label string) {
+	t.Helper()
+	u := sbUniverse()
+	for _, k := range append(slices.Clone(u), sbProbes...) {
+		got, err := s.Get([]byte(k))
+		if want, ok := m[k]; ok {
+			require.NoError(t, err, "%s: get %q", label, k)
+			require.Equal(t, want, string(got), "%s: get %q", label, k)
+		} else {
+			require.ErrorIs(t, err, ErrNotFound, "%s: get %q", label, k)
+		}
+	}
+	require.NoError(t, fullDiff(s, m, nil), label)
+	requireReverseScan(t, s, m)
+
+	probes := append(slices.Clone(u), sbProbes...)
+	pick := func() []byte { return []byte(probes[rng.IntN(len(probes))]) }
+	prefixes := []string{"", "a", "ab", "abc", "k", "k0", "k14", "\xff", "\x00", "q"}
+	for walk := range 60 {
+		var opts IterOptions
+		if rng.IntN(3) == 0 {
+			opts.LowerBound = pick()
+		}
+		if rng.IntN(3) == 0 {
+			opts.UpperBound = pick()
+		}
+		if rng.IntN(3) == 0 {
+			opts.Prefix = []byte(prefixes[rng.IntN(len(prefixes))])
+		}
+		it, err := s.NewIterator(&opts)
+		require.NoError(t, err)
+		lower, upper := opts.LowerBound, opts.UpperBound
+		if opts.Prefix != nil {
+			if lower == nil || bytes.Compare(opts.Prefix, lower) > 0 {
+				lower = opts.Prefix
+			}
+			if succ := prefixSuccessor(opts.Prefix); succ != nil && (upper == nil || bytes.Compare(succ, upper) < 0) {
+				upper = succ
+			}
+		}
+		ref := newSBRefIter(m, lower, upper, nil)
+		var trace []string
+		for step := range 40 {
+			var ok, want bool
+			switch op := rng.IntN(10); {
+			case op == 0:
+				trace = append(trace, "First")
+				ok = it.First()
+				if lower != nil {
+					want = ref.seekGE(string(lower))
+				} else {
+					want = ref.seekGE("")
+				}
+			case op == 1:
+				trace = append(trace, "Last")
+				ok = it.Last()
+				if upper != nil {
+					u := string(upper)
+					want = ref.seekLT(&u)
+				} else {
+					want = ref.seekLT(nil)
+				}
+			case op == 2:
+				k := pick()
+				trace = append(trace, fmt.Sprintf("Seek(%q)", k))
+				ok = it.Seek(k)
+				if lower != nil && bytes.Compare(k, lower) < 0 {
+					k = lower
+				}
+				want = ref.seekGE(string(k))
+			case op == 3:
+				k := pick()
+				trace = append(trace, fmt.Sprintf("SeekLT(%q)", k))
+				ok = it.SeekLT(k)
+				if upper != nil && bytes.Compare(k, upper) > 0 {
+					k = upper
+				}
+				ks := string(k)
+				want = ref.seekLT(&ks)
+			case op < 7:
+				trace = append(trace, "Next")
+				ok, want = it.Next(), ref.next()
+			default:
+				trace = append(trace, "Prev")
+				ok, want = it.Prev(), ref.prev()
+			}
+			require.NoError(t, it.Err(), "%s walk %d step %d %v", label, walk, step, trace)
+			require.Equal(t, want, ok, "%s walk %d step %d %v opts %q", label, walk, step, trace, opts)
+			if !ok {
+				continue
+			}
+			wk := ref.keys[ref.pos]
+			require.Equal(t, wk, string(it.Key()), "%s walk %d step %d %v opts %q", label, walk, step, trace, opts)
+			if rng.IntN(3) > 0 {
+				v, err := it.Value()
+				require.NoError(t, err, "%s walk %d step %d %v", label, walk, step, trace)
+				require.Equal(t, m[wk], string(v), "%s walk %d step %d %v: value of %q", label, walk, step, trace, wk)
+			}
+		}
+		require.NoError(t, it.Close())
+	}
+}
+
+// TestSparseBreakModelImportedAndMerged: block files with sparse indexes
+// from imports (crafted blocks of 1 to 8 records, compressed or not, point
+// tombstones, range tombstones) stacked over plain sealed segments and
+// under live writes, several holding the same keys, then merged by
+// Compact, reopened, with and without mmap and compression: every Get,
+// scan and bounded walk answers as the model does.
+func TestSparseBreakModelImportedAndMerged(t *testing.T) {
+	for _, c := range []struct {
+		name               string
+		nommap, nocompress bool
+	}{{"mmap-s2", false, false}, {"nommap-raw", true, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			for seed := uint64(1); seed <= sbSeeds; seed++ {
+				t.Run(fmt.Sprint("seed", seed), func(t *testing.T) {
+					rng := rand.New(rand.NewPCG(seed, 99))
+					mem := vfs.NewMem()
+					o := &Options{FS: mem, SegmentSize: 1 << 20, DisableMmap: c.nommap, DisableCompression: c.nocompress, Merge: MergeOptions{Disable: true}}
+					s := mustOpen(t, "/db", o)
+					m := model{}
+					u := sbUniverse()
+					// Plain sealed segments underneath.
+					for range 2 {
+						for _, k := range u {
+							if rng.IntN(3) == 0 {
+								v := sbValue(rng, 0, k)
+								require.NoError(t, s.Put([]byte(k), []byte(v)))
+								m[k] = v
+							}
+						}
+						require.NoError(t, s.Seal())
+					}
+					for gen := 1; gen <= 5; gen++ {
+						stream := sbCraftStream(t, rng, gen, m)
+						_, err := s.Import(context.Background(), bytes.NewReader(stream))
+						require.NoError(t, err, "gen %d", gen)
+					}
+					// Live writes on top.
+					for _, k := range u {
+						switch rng.IntN(12) {
+						case 0:
+							require.NoError(t, s.Delete([]byte(k)))
+							delete(m, k)
+						case 1:
+							v := sbValue(rng, 9, k)
+							require.NoError(t, s.Put([]byte(k), []byte(v)))
+							m[k] = v
+						}
+					}
+					require.GreaterOrEqual(t, sbBlockFileSegs(s), 5, "the imports are block files with sparse indexes")
+					sbCheckStore(t, s, m, rng, "imported")
+					require.NoError(t, s.Close())
+					// Without their indexes: Open rebuilds each, and the
+					// rebuild must match the checksum the import recorded.
+					names, err := mem.List("/db")
+					require.NoError(t, err)
+					for _, n := range names {
+						if strings.HasSuffix(n, ".idx") {
+							require.NoError(t, mem.Remove(filepath.Join("/db", n)))
+						}
+					}
+					s = mustOpen(t, "/db", o)
+					sbCheckStore(t, s, m, rng, "imported, reopened")
+					require.NoError(t, s.Check())
+					require.NoError(t, s.Seal())
+					require.NoError(t, s.Compact(context.Background()))
+					sbCheckStore(t, s, m, rng, "merged")
+					require.NoError(t, s.Check())
+					require.NoError(t, s.Close())
+					s = mustOpen(t, "/db", o)
+					sbCheckStore(t, s, m, rng, "merged, reopened")
+					checkAndClose(t, s)
+				})
+			}
+		})
+	}
+}
+
+// sbSeeds is how many seeds the model tests run.
+var sbSeeds = uint64(3)
+
+// sbBlockFileSegs counts the store's segments whose index is that of a
+// block file (sparse).
+func sbBlockFileSegs(s *Store) int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	n := 0
+	for _, sg := range s.mu.segs {
+		if sg.index().BlockFile() {
+			n++
+		}
+	}
+	return n
+}
+
+// sbKeysStream is a block data file stream putting value(k) for keys in
+// key order, in raw blocks of per records.
+func sbKeysStream(keys []string, per int, value func(string) string) []byte {
+	var payloads [][]byte
+	var recs []byte
+	for i, k := range keys {
+		recs = append(recs, bbRec(segment.KindPut, k, value(k))...)
+		if (i+1)%per == 0 || i == len(keys)-1 {
+			payloads = append(payloads, segment.AppendBlock(nil, recs, segment.CodecS2))
+			recs = nil
+		}
+	}
+	return bbStream(payloads...)
+}
+
+// TestSparseBreakGarbageOfBlockFiles: a merged block file (sparse index)
+// that a newer block file (an import, sparse index too) shadows almost
+// whole must count as garbage, for both sample shapes (a file of more
+// keys than garbageSamples, sampled a few records per block, and a small
+// one, every record), and the rewrites that reclaim it must read the
+// newer file's blocks to decide, keep what it does not shadow, and leave
+// the same answers.
+func TestSparseBreakGarbageOfBlockFiles(t *testing.T) {
+	for _, n := range []int{2000, 200} {
+		t.Run(fmt.Sprint("keys", n), func(t *testing.T) {
+			mem := vfs.NewMem()
+			o := garbageOpts(mem)
+			s := mustOpen(t, "/db", o)
+			m := model{}
+			var keys []string
+			for i := range n {
+				k := fmt.Sprintf("key-%04d", i)
+				keys = append(keys, k)
+				v := fmt.Sprintf("old-%04d-%0100d", i, i)
+				require.NoError(t, s.Put([]byte(k), []byte(v)))
+				m[k] = v
+				if i == n/2 {
+					require.NoError(t, s.Seal()) // two segments: Compact merges them
+				}
+			}
+			require.NoError(t, s.Seal())
+			require.NoError(t, s.Compact(context.Background()))
+			require.Equal(t, 1, sbBlockFileSegs(s))
+			require.Zero(t, s.Metrics().GarbageBytes)
+
+			// Every key but each tenth, newer, in a block file.
+			var newer []string
+			for i, k := range keys {
+				if i%10 != 0 {
+					newer = append(newer, k)
+				}
+			}
+			stream := sbKeysStream(newer, 7, func(k string) string { return "new-" + k })
+			_, err := s.Import(context.Background(), bytes.NewReader(stream))
+			require.NoError(t, err)
+			for _, k := range newer {
+				m[k] = "new-" + k
+			}
+			require.Equal(t, 2, sbBlockFileSegs(s))
+			before := s.Metrics()
+			old := s.Segments()[0]
+			for _, sg := range s.Segments() {
+				if sg.Order < old.Order {
+					old = sg
+				}
+			}
+			require.Greater(t, before.GarbageBytes, old.Size/2,
+				"the merged file is 90%% shadowed by the import: %+v", before)
+
+			require.Positive(t, mergeSteps(t, s))
+			after := s.Metrics()
+			require.Less(t, after.SegmentBytes, before.SegmentBytes-old.Size/2, "before %+v after %+v", before, after)
+			require.LessOrEqual(t, float64(after.GarbageBytes), 0.2*float64(after.SegmentBytes))
+			require.NoError(t, fullDiff(s, m, []string{"key-9999"}))
+			checkAndClose(t, s)
+			s = mustOpen(t, "/db", o)
+			require.NoError(t, fullDiff(s, m, nil))
+			checkAndClose(t, s)
+		})
+	}
+}
+
+// sbIndexKeyBlocks returns the offset and length of each key block of the
+// index file at path, read from its footer and top block.
+func sbIndexKeyBlocks(t *testing.T, path string) [][2]int64 {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	require.NoError(t, err)
+	le := binary.LittleEndian
+	foot := b[len(b)-32:]
+	topOff := int64(le.Uint64(foot))
+	top := b[topOff:]
+	nb := int(le.Uint32(top[44:]))
+	var out [][2]int64
+	for i := range nb {
+		e := top[112+28*i:]
+		out = append(out, [2]int64{int64(le.Uint64(e)), int64(le.Uint32(e[8:]))})
+	}
+	return out
+}
+
+// sbFlipOS flips one byte of the file at path in place (the mapping sees it).
+func sbFlipOS(t *testing.T, path string, off int64) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	require.NoError(t, err)
+	var one [1]byte
+	_, err = f.ReadAt(one[:], off)
+	require.NoError(t, err)
+	one[0] ^= 0x5a
+	_, err = f.WriteAt(one[:], off)
+	require.NoError(t, err)
+	require.NoError(t, f.Close())
+}
+
+// TestSparseBreakHealMidIteration: a sparse index of several key blocks
+// (an import of two records per block, and a merge's own output) is
+// damaged on disk, while mapped, in key blocks that iterators going both
+// ways have not read yet; the iterators carry on through the heal with
+// the right keys and values, and Get and Check answer right after it.
+func TestSparseBreakHealMidIteration(t *testing.T) {
+	for _, how := range []string{"import", "merge"} {
+		t.Run(how, func(t *testing.T) {
+			dir := t.TempDir()
+			o := &Options{FS: vfs.NewOS(), SegmentSize: 4 << 20, DisableCompression: true, Merge: MergeOptions{Disable: true}}
+			s := mustOpen(t, dir, o)
+			m := model{}
+			var keys []string
+			for i := range 9000 {
+				keys = append(keys, fmt.Sprintf("k%05d", i))
+			}
+			val := func(k string) string { return "v-" + k + strings.Repeat("x", 120) }
+			if how == "import" {
+				_, err := s.Import(context.Background(), bytes.NewReader(sbKeysStream(keys[:900], 2, val)))
+				require.NoError(t, err)
+				keys = keys[:900]
+			} else {
+				for i, k := range keys {
+					require.NoError(t, s.Put([]byte(k), []byte(val(k))))
+					if i == 4500 {
+						require.NoError(t, s.Seal())
+					}
+				}
+				require.NoError(t, s.Seal())
+				require.NoError(t, s.Compact(context.Background()))
+			}
+			for _, k := range keys {
+				m[k] = val(k)
+			}
+			segs := s.Segments()
+			require.Len(t, segs, 1)
+			require.Equal(t, 1, sbBlockFileSegs(s))
+			require.NoError(t, s.Close())
+			ip := filepath.Join(dir, segment.IndexName(segs[0].ID))
+			kb := sbIndexKeyBlocks(t, ip)
+			require.GreaterOrEqual(t, len(kb), 3, "key blocks of the sparse index")
+
+			s = mustOpen(t, dir, o)
+			defer s.Close()
+			fwd, err := s.NewIterator(nil)
+			require.NoError(t, err)
+			defer fwd.Close()
+			rev, err := s.NewIterator(nil)
+			require.NoError(t, err)
+			defer rev.Close()
+			sorted := sortedKeys(m)
+			i := 0
+			for ok := fwd.First(); ok && i < 10; ok = fwd.Next() {
+				require.Equal(t, sorted[i], string(fwd.Key()))
+				i++
+			}
+			j := len(sorted) - 1
+			for ok := rev.Last(); ok && j > len(sorted)-10; ok = rev.Prev() {
+				require.Equal(t, sorted[j], string(rev.Key()))
+				j--
+			}
+			// Damage the middle key blocks, which neither has read.
+			for b := 1; b < len(kb)-1; b++ {
+				sbFlipOS(t, ip, kb[b][0]+kb[b][1]/2)
+			}
+			for ok := fwd.Valid(); ok; ok = fwd.Next() {
+				require.Equal(t, sorted[i], string(fwd.Key()))
+				v, err := fwd.Value()
+				require.NoError(t, err)
+				require.Equal(t, m[sorted[i]], string(v))
+				i++
+			}
+			require.NoError(t, fwd.Err())
+			require.Equal(t, len(sorted), i)
+			for ok := rev.Valid(); ok; ok = rev.Prev() {
+				require.Equal(t, sorted[j], string(rev.Key()))
+				v, err := rev.Value()
+				require.NoError(t, err)
+				require.Equal(t, m[sorted[j]], string(v))
+				j--
+			}
+			require.NoError(t, rev.Err())
+			require.Equal(t, -1, j)
+			require.Positive(t, s.Metrics().IndexRebuilds)
+			for _, k := range append(sorted, "k", "k99999", "") {
+				got, err := s.Get([]byte(k))
+				if want, ok := m[k]; ok {
+					require.NoError(t, err, k)
+					require.Equal(t, want, string(got), k)
+				} else {
+					require.ErrorIs(t, err, ErrNotFound, k)
+				}
+			}
 			require.NoError(t, s.Check())
 		})
 	}
