@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -628,4 +629,390 @@ func TestSparseBreakHealMidIteration(t *testing.T) {
 			require.NoError(t, s.Check())
 		})
 	}
+}
+
+// sbImage is every file of a closed store on a Mem, to start trials from.
+type sbImage map[string][]byte
+
+func sbTakeImage(t *testing.T, mem *vfs.Mem) sbImage {
+	t.Helper()
+	img := sbImage{}
+	for _, n := range mem.FileNames() {
+		if strings.HasSuffix(n, "LOCK") {
+			continue
+		}
+		b, err := mem.ReadFile(n)
+		require.NoError(t, err)
+		img[n] = b
+	}
+	return img
+}
+
+func (img sbImage) mem(t *testing.T) *vfs.Mem {
+	t.Helper()
+	mem := vfs.NewMem()
+	require.NoError(t, mem.MkdirAll("/db"))
+	for n, b := range img {
+		require.NoError(t, mem.WriteFile(n, bytes.Clone(b)))
+	}
+	return mem
+}
+
+// sbAcceptable reports whether err is an answer a damaged store may give:
+// typed corruption or an I/O error, never a bare failure.
+func sbAcceptable(err error) bool {
+	return errors.Is(err, ErrCorrupt)
+}
+
+// sbDamageStore is an older plain segment holding every key with a stale
+// value, under a block file (an import: raw and S2 blocks of three records)
+// holding the fresh value of every key. A damaged block that made a read
+// fall through to the older segment would answer the stale value.
+func sbDamageStore(t *testing.T, o *Options) (sbImage, model, uint64) {
+	t.Helper()
+	mem := o.FS.(*vfs.Mem)
+	s := mustOpen(t, "/db", o)
+	m := model{}
+	var keys []string
+	for i := range 45 {
+		k := fmt.Sprintf("k%03d", i)
+		keys = append(keys, k)
+		require.NoError(t, s.Put([]byte(k), []byte("stale-"+k)))
+	}
+	require.NoError(t, s.Put([]byte("other"), []byte("o")))
+	m["other"] = "o"
+	require.NoError(t, s.Seal())
+	var payloads [][]byte
+	for i := 0; i < len(keys); i += 3 {
+		var recs []byte
+		for _, k := range keys[i : i+3] {
+			v := "fresh-" + k + strings.Repeat("-", 20)
+			recs = append(recs, bbRec(segment.KindPut, k, v)...)
+			m[k] = v
+		}
+		codec := segment.CodecNone
+		if i%2 == 0 {
+			codec = segment.CodecS2
+		}
+		payloads = append(payloads, segment.AppendBlock(nil, recs, codec))
+	}
+	infos, err := s.Import(context.Background(), bytes.NewReader(bbStream(payloads...)))
+	require.NoError(t, err)
+	require.Len(t, infos, 1)
+	require.Equal(t, 1, sbBlockFileSegs(s))
+	checkAndClose(t, s)
+	return sbTakeImage(t, mem), m, infos[0].ID
+}
+
+// sbCheckDamaged requires every answer of a damaged store to be right or
+// typed corruption: Get of every key, a forward and a backward scan (which
+// may stop at the damage, with ErrCorrupt, but never skip a key silently
+// or read a stale value), and Check.
+func sbCheckDamaged(t *testing.T, mem *vfs.Mem, o *Options, m model, label string, dataDamaged bool) (damageSeen bool) {
+	t.Helper()
+	oo := *o
+	oo.FS = mem
+	s, err := Open("/db", &oo)
+	if err != nil {
+		require.True(t, sbAcceptable(err), "%s: open: %v", label, err)
+		return true
+	}
+	defer s.Close()
+	for _, k := range append(sortedKeys(m), "k999", "") {
+		got, err := s.Get([]byte(k))
+		want, ok := m[k]
+		switch {
+		case err == nil:
+			require.True(t, ok, "%s: get %q found %q, want not found", label, k, got)
+			require.Equal(t, want, string(got), "%s: get %q", label, k)
+		case errors.Is(err, ErrNotFound):
+			require.False(t, ok, "%s: get %q: not found, want %q", label, k, want)
+		default:
+			require.True(t, sbAcceptable(err), "%s: get %q: %v", label, k, err)
+			damageSeen = true
+		}
+	}
+	for _, reverse := range []bool{false, true} {
+		it, err := s.NewIterator(nil)
+		require.NoError(t, err)
+		keys := sortedKeys(m)
+		if reverse {
+			slices.Reverse(keys)
+		}
+		i := 0
+		ok := it.First()
+		if reverse {
+			ok = it.Last()
+		}
+		for ; ok; i++ {
+			require.Less(t, i, len(keys), "%s: scan past the end: %q", label, it.Key())
+			require.Equal(t, keys[i], string(it.Key()), "%s: scan (reverse %v) key %d", label, reverse, i)
+			v, err := it.Value()
+			if err != nil {
+				require.True(t, sbAcceptable(err), "%s: value of %q: %v", label, keys[i], err)
+				damageSeen = true
+			} else {
+				require.Equal(t, m[keys[i]], string(v), "%s: value of %q", label, keys[i])
+			}
+			if reverse {
+				ok = it.Prev()
+			} else {
+				ok = it.Next()
+			}
+		}
+		if err := it.Err(); err != nil {
+			require.True(t, sbAcceptable(err), "%s: scan: %v", label, err)
+			damageSeen = true
+		} else {
+			require.Equal(t, len(keys), i, "%s: scan (reverse %v) ended early without an error", label, reverse)
+		}
+		require.NoError(t, it.Close())
+	}
+	checkErr := s.Check()
+	if checkErr != nil {
+		require.True(t, sbAcceptable(checkErr), "%s: check: %v", label, checkErr)
+	}
+	if dataDamaged {
+		require.Error(t, checkErr, "%s: Check finds no damage in the data file", label)
+		rep, err := s.Verify(context.Background())
+		require.NoError(t, err, label)
+		require.NotEmpty(t, rep.Damaged, "%s: Verify finds no damage in the data file", label)
+	}
+	return damageSeen || checkErr != nil
+}
+
+// TestSparseBreakDamageSweep flips a byte at every few offsets of a block
+// file and of its sparse index, in turn, and requires every read of every
+// key to answer right or fail with ErrCorrupt (never the stale value of
+// the older segment below, never a missing key), and Check to report the
+// damage a read saw.
+func TestSparseBreakDamageSweep(t *testing.T) {
+	for _, nommap := range []bool{false, true} {
+		t.Run(fmt.Sprint("nommap=", nommap), func(t *testing.T) {
+			o := &Options{FS: vfs.NewMem(), SegmentSize: 1 << 20, DisableMmap: nommap, Merge: MergeOptions{Disable: true}}
+			img, m, id := sbDamageStore(t, o)
+			for _, name := range []string{segment.DataName(id, segment.KindSeg), segment.IndexName(id)} {
+				p := filepath.Join("/db", name)
+				size := len(img[p])
+				for off := 0; off < size; off += 3 {
+					label := fmt.Sprintf("%s byte %d/%d", name, off, size)
+					mem := img.mem(t)
+					b := bytes.Clone(img[p])
+					b[off] ^= 0x41
+					require.NoError(t, mem.WriteFile(p, b))
+					sbCheckDamaged(t, mem, o, m, label, strings.HasSuffix(name, ".seg"))
+				}
+			}
+		})
+	}
+}
+
+// TestSparseBreakSwappedIndexFiles: index files renamed over one another
+// (two block files' sparse indexes, a block file's and a plain segment's)
+// or copied over one another are not the indexes the manifest recorded:
+// Open rebuilds them and every answer is right, with no damage reported.
+func TestSparseBreakSwappedIndexFiles(t *testing.T) {
+	o := &Options{FS: vfs.NewMem(), SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}}
+	img, m, idA := sbDamageStore(t, o)
+	// A second block file over the first, holding some of its keys.
+	mem := img.mem(t)
+	oo := *o
+	oo.FS = mem
+	s := mustOpen(t, "/db", &oo)
+	var keys []string
+	for i := 0; i < 45; i += 2 {
+		keys = append(keys, fmt.Sprintf("k%03d", i))
+	}
+	infos, err := s.Import(context.Background(), bytes.NewReader(sbKeysStream(keys, 4, func(k string) string { return "second-" + k })))
+	require.NoError(t, err)
+	for _, k := range keys {
+		m[k] = "second-" + k
+	}
+	idB := infos[0].ID
+	var plain uint64
+	for _, sg := range s.Segments() {
+		if sg.ID != idA && sg.ID != idB {
+			plain = sg.ID
+		}
+	}
+	require.Equal(t, 2, sbBlockFileSegs(s))
+	checkAndClose(t, s)
+	img = sbTakeImage(t, mem)
+	ix := func(id uint64) string { return filepath.Join("/db", segment.IndexName(id)) }
+
+	for _, c := range []struct {
+		name     string
+		from, to uint64
+		swap     bool
+	}{
+		{"swap-block-block", idA, idB, true},
+		{"swap-block-plain", idA, plain, true},
+		{"copy-block-over-block", idA, idB, false},
+		{"copy-block-over-plain", idB, plain, false},
+		{"copy-plain-over-block", plain, idA, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mem := img.mem(t)
+			if c.swap {
+				require.NoError(t, mem.Rename(ix(c.from), "/db/tmp"))
+				require.NoError(t, mem.Rename(ix(c.to), ix(c.from)))
+				require.NoError(t, mem.Rename("/db/tmp", ix(c.to)))
+			} else {
+				b, err := mem.ReadFile(ix(c.from))
+				require.NoError(t, err)
+				require.NoError(t, mem.Remove(ix(c.to)))
+				require.NoError(t, mem.WriteFile(ix(c.to), b))
+			}
+			require.False(t, sbCheckDamaged(t, mem, o, m, c.name, false), "an index is a cache: no answer may fail")
+		})
+	}
+}
+
+// TestSparseBreakTinyBlockFiles: block files of one to four keys that are
+// prefixes of each other (so the index's shared prefix P is long, up to a
+// whole key, and the entries' stripped keys empty), cut into blocks every
+// possible way, over an older segment holding every probe key with a stale
+// value: Get, scans and bounded walks answer as the model does.
+func TestSparseBreakTinyBlockFiles(t *testing.T) {
+	sets := [][]string{
+		{"ab"}, {""}, {"", "\x00"}, {"a", "ab"}, {"a", "ab", "abc"}, {"ab", "ab\x00", "ab\x00\x00", "ab\x01"},
+		{"", "a", "ab"}, {"k\xff", "k\xff\xff"}, {"abc", "abd"}, {"\xff", "\xff\xff", "\xff\xff\xff"},
+	}
+	rng := rand.New(rand.NewPCG(5, 5))
+	for si, keys := range sets {
+		// Every way to cut the keys into blocks: bit i set ends a block
+		// after key i.
+		for cuts := 0; cuts < 1<<(len(keys)-1); cuts++ {
+			mem := vfs.NewMem()
+			o := &Options{FS: mem, Merge: MergeOptions{Disable: true}}
+			s := mustOpen(t, "/db", o)
+			m := model{}
+			for _, k := range append(slices.Clone(sbUniverse()), keys...) {
+				require.NoError(t, s.Put([]byte(k), []byte("stale-"+k)))
+				m[k] = "stale-" + k
+			}
+			require.NoError(t, s.Seal())
+			var payloads [][]byte
+			var recs []byte
+			for i, k := range keys {
+				if i%2 == 1 && len(keys) > 2 {
+					recs = append(recs, bbRec(segment.KindDelete, k, "")...)
+					delete(m, k)
+				} else {
+					recs = append(recs, bbRec(segment.KindPut, k, "fresh-"+k)...)
+					m[k] = "fresh-" + k
+				}
+				if i == len(keys)-1 || cuts&(1<<i) != 0 {
+					payloads = append(payloads, segment.AppendBlock(nil, recs, segment.CodecS2))
+					recs = nil
+				}
+			}
+			_, err := s.Import(context.Background(), bytes.NewReader(bbStream(payloads...)))
+			require.NoError(t, err, "set %d cuts %b", si, cuts)
+			sbCheckStore(t, s, m, rng, fmt.Sprintf("set %d %q cuts %b", si, keys, cuts))
+			require.NoError(t, s.Check())
+			require.NoError(t, s.Close())
+			s = mustOpen(t, "/db", o)
+			require.NoError(t, s.Compact(context.Background()))
+			sbCheckStore(t, s, m, rng, fmt.Sprintf("set %d %q cuts %b, merged", si, keys, cuts))
+			checkAndClose(t, s)
+		}
+	}
+}
+
+// TestSparseBreakCloseDuringDroppingBlockMerge: Close while a merge walks
+// a large block file whose records a newer range tombstone nearly all
+// covers, so that the merge writes (and flushes) almost nothing: the walk
+// through the block cursor must still notice the cancellation (nothing is
+// committed: the store reopens with both inputs), and the reopened store
+// answers as before.
+func TestSparseBreakCloseDuringDroppingBlockMerge(t *testing.T) {
+	for _, compress := range []bool{true, false} {
+		t.Run(fmt.Sprintf("compress=%v", compress), func(t *testing.T) {
+			mem := vfs.NewMem()
+			o := &Options{FS: mem, SegmentSize: 256 << 20, DisableCompression: !compress, Merge: MergeOptions{Disable: true}}
+			s := mustOpen(t, "/db", o)
+			m := model{}
+			val := strings.Repeat("\x00", 16<<10)
+			const n = 4000
+			for r := range 2 {
+				for i := r; i < n; i += 2 {
+					k := fmt.Sprintf("key-%06d", i)
+					require.NoError(t, s.Put([]byte(k), []byte(val)))
+					m[k] = val
+				}
+				require.NoError(t, s.Seal())
+			}
+			require.NoError(t, s.Compact(context.Background()))
+			require.Equal(t, 1, sbBlockFileSegs(s))
+			last := fmt.Sprintf("key-%06d", n-1)
+			require.NoError(t, s.DeleteRange([]byte("key-"), []byte(last)))
+			m.deleteRange("key-", last)
+			require.NoError(t, s.Seal())
+			require.NoError(t, s.Close())
+
+			began := make(chan struct{}, 16)
+			o2 := *o
+			o2.Events.MergeBegin = func(MergeInfo) { began <- struct{}{} }
+			s = mustOpen(t, "/db", &o2)
+			require.Len(t, s.Segments(), 2)
+			done := make(chan error, 1)
+			go func() { done <- s.Compact(context.Background()) }()
+			<-began
+			require.NoError(t, s.Close())
+			err := <-done
+			t.Logf("compact: %v", err)
+			require.Error(t, err)
+			s = mustOpen(t, "/db", o)
+			require.Len(t, s.Segments(), 2, "Close waited for the merge to commit (or the merge finished first: make it longer)")
+			require.NoError(t, s.Close())
+			reopenCheck(t, mem, o, m, []string{"key-000000", last})
+		})
+	}
+}
+
+// TestSparseBreakFollowerOfBlockFiles: a follower mirrors a leader whose
+// segments are block files (merged, with tombstones the merge keeps, and
+// imported); the follower's copies get sparse indexes of their own, answer
+// as the leader does, rebuild them after a reopen without them, and
+// follow the leader's next merge.
+func TestSparseBreakFollowerOfBlockFiles(t *testing.T) {
+	lmem, fmem := vfs.NewMem(), vfs.NewMem()
+	leader := mustOpen(t, "/l", unmergedOpts(lmem))
+	defer leader.Close()
+	rng := rand.New(rand.NewPCG(7, 7))
+	m := model{}
+	u := sbUniverse()
+	for _, k := range u {
+		v := sbValue(rng, 0, k)
+		require.NoError(t, leader.Put([]byte(k), []byte(v)))
+		m[k] = v
+	}
+	require.NoError(t, leader.Seal())
+	require.NoError(t, leader.Compact(context.Background()))
+	for gen := 1; gen <= 2; gen++ {
+		_, err := leader.Import(context.Background(), bytes.NewReader(sbCraftStream(t, rng, gen, m)))
+		require.NoError(t, err)
+	}
+	require.GreaterOrEqual(t, sbBlockFileSegs(leader), 3)
+	fo := unmergedOpts(fmem)
+	follower := mustOpen(t, "/f", fo)
+	syncFollower(t, leader, follower)
+	require.Equal(t, sbBlockFileSegs(leader), sbBlockFileSegs(follower))
+	sbCheckStore(t, follower, m, rng, "follower")
+	require.NoError(t, follower.Check())
+	require.NoError(t, follower.Close())
+	for _, n := range fmem.FileNames() {
+		if strings.HasSuffix(n, ".idx") {
+			require.NoError(t, fmem.Remove(n))
+		}
+	}
+	follower = mustOpen(t, "/f", fo)
+	defer follower.Close()
+	sbCheckStore(t, follower, m, rng, "follower, indexes rebuilt")
+	require.NoError(t, leader.Compact(context.Background()))
+	syncFollower(t, leader, follower)
+	require.Len(t, follower.Segments(), 1)
+	sbCheckStore(t, follower, m, rng, "follower after the leader's merge")
+	require.NoError(t, follower.Check())
 }
