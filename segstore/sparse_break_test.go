@@ -54,7 +54,24 @@ func TestSparseBreakDenseBlockIndexLost(t *testing.T) {
 	osfs := vfs.NewOS()
 	o := &Options{FS: osfs, SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}}
 
-	ip := func(dir string) string { return filepath.Join(dir, segment.IndexName(denseBlockSeg)) }
+	ip := func(dir string, id uint64) string { return filepath.Join(dir, segment.IndexName(id)) }
+	// The way out that works: a merge rewrites the block file with a
+	// sparse index, after which losing the index is harmless.
+	t.Run("compact-then-delete", func(t *testing.T) {
+		dir := copyDir(t, "testdata/denseblockstore")
+		s := mustOpen(t, dir, o)
+		require.Zero(t, sbBlockFileSegs(s), "the old store's block file has a dense index")
+		requireReverseScan(t, s, denseBlockWant())
+		require.NoError(t, s.Seal())
+		require.NoError(t, s.Compact(context.Background()))
+		require.Equal(t, 1, sbBlockFileSegs(s))
+		segs := s.Segments()
+		require.NoError(t, s.Close())
+		require.NoError(t, os.Remove(ip(dir, segs[0].ID)))
+		s = mustOpen(t, dir, o)
+		require.NoError(t, fullDiff(s, denseBlockWant(), []string{"", "k9999"}))
+		checkAndClose(t, s)
+	})
 	for _, how := range []string{"as-written", "delete", "truncate", "flip-key-block"} {
 		t.Run(how, func(t *testing.T) {
 			dir := copyDir(t, "testdata/denseblockstore")
@@ -64,13 +81,13 @@ func TestSparseBreakDenseBlockIndexLost(t *testing.T) {
 				// (which compares the loaded index with a rebuild) must
 				// not call the untouched store corrupt.
 			case "delete":
-				require.NoError(t, os.Remove(ip(dir)))
+				require.NoError(t, os.Remove(ip(dir, denseBlockSeg)))
 			case "truncate":
-				require.NoError(t, os.Truncate(ip(dir), 100))
+				require.NoError(t, os.Truncate(ip(dir, denseBlockSeg), 100))
 			case "flip-key-block":
 				// A byte of the first key block: Open loads the index, the
 				// first read of that block heals it.
-				testutil.FlipByte(t, osfs, ip(dir), 200, 0xff)
+				testutil.FlipByte(t, osfs, ip(dir, denseBlockSeg), 200, 0xff)
 			}
 			s, err := Open(dir, o)
 			require.NoError(t, err, "a store whose block file lost its dense index does not open")
@@ -1015,4 +1032,82 @@ func TestSparseBreakFollowerOfBlockFiles(t *testing.T) {
 	require.Len(t, follower.Segments(), 1)
 	sbCheckStore(t, follower, m, rng, "follower after the leader's merge")
 	require.NoError(t, follower.Check())
+}
+
+// TestSparseBreakRangeOnlyBlockFile: a block file of range tombstones only
+// (its sparse index has no entry, only the range section) deletes the
+// older segments' keys for every reader, before and after a merge and a
+// rebuild of its index.
+func TestSparseBreakRangeOnlyBlockFile(t *testing.T) {
+	mem := vfs.NewMem()
+	o := &Options{FS: mem, Merge: MergeOptions{Disable: true}}
+	s := mustOpen(t, "/db", o)
+	m := model{}
+	for _, k := range sbUniverse() {
+		require.NoError(t, s.Put([]byte(k), []byte("old-"+k)))
+		m[k] = "old-" + k
+	}
+	require.NoError(t, s.Seal())
+	stream := bbStream(bbRaw(append(bbRec(segment.KindRangeDelete, "a", "abd"), bbRec(segment.KindRangeDelete, "k010", "k100")...)))
+	infos, err := s.Import(context.Background(), bytes.NewReader(stream))
+	require.NoError(t, err)
+	m.deleteRange("a", "abd")
+	m.deleteRange("k010", "k100")
+	rng := rand.New(rand.NewPCG(3, 3))
+	sbCheckStore(t, s, m, rng, "range-only import")
+	require.NoError(t, s.Check())
+	require.NoError(t, s.Close())
+	require.NoError(t, mem.Remove(filepath.Join("/db", segment.IndexName(infos[0].ID))))
+	s = mustOpen(t, "/db", o)
+	sbCheckStore(t, s, m, rng, "range-only import, index rebuilt")
+	require.NoError(t, s.Compact(context.Background()))
+	sbCheckStore(t, s, m, rng, "merged")
+	checkAndClose(t, s)
+}
+
+// TestSparseBreakValueErrorThenSeek: Iterator.Err's documentation (changed
+// by this commit) says a value that fails to read "does not stop the
+// walk"; only a damaged block of a merged segment does. Next does carry
+// on past a damaged record, but a Seek, SeekLT, First, Last or a turn
+// (Prev after Next) after it returns false for good: readCurrent records
+// the value's error in it.err (iterator.go:336) and Seek/seekBefore refuse
+// to move once it.err is set (iterator.go:179, :206).
+func TestSparseBreakValueErrorThenSeek(t *testing.T) {
+	mem := vfs.NewMem()
+	o := &Options{FS: mem, DisableMmap: true, Merge: MergeOptions{Disable: true}}
+	s := mustOpen(t, "/db", o)
+	for i := range 10 {
+		k := fmt.Sprintf("k%d", i)
+		require.NoError(t, s.Put([]byte(k), []byte("value-of-"+k)))
+	}
+	require.NoError(t, s.Seal())
+	seg := s.Segments()[0]
+	require.NoError(t, s.Close())
+	// Damage k5's value in the sealed file.
+	var path string
+	for _, n := range mem.FileNames() {
+		if strings.HasSuffix(n, segment.DataName(seg.ID, segment.KindLog)) {
+			path = n
+		}
+	}
+	require.NotEmpty(t, path)
+	b, err := mem.ReadFile(path)
+	require.NoError(t, err)
+	i := bytes.Index(b, []byte("value-of-k5"))
+	require.Positive(t, i)
+	b[i] ^= 0x20
+	require.NoError(t, mem.WriteFile(path, b))
+
+	s = mustOpen(t, "/db", o)
+	defer s.Close()
+	it, err := s.NewIterator(nil)
+	require.NoError(t, err)
+	defer it.Close()
+	require.True(t, it.Seek([]byte("k5")))
+	_, err = it.Value()
+	require.ErrorIs(t, err, ErrCorrupt)
+	require.True(t, it.Next(), "the walk carries on past a value that fails to read")
+	require.Equal(t, "k6", string(it.Key()))
+	require.True(t, it.Seek([]byte("k2")), "a seek after a value that failed to read: %v", it.Err())
+	require.Equal(t, "k2", string(it.Key()))
 }
