@@ -49,7 +49,14 @@ const denseBlockSeg = 5 // the block file of testdata/denseblockstore
 // checksum of the dense index of its block files: once that index is
 // lost (deleted, cut short, or damaged so that Open or a read must
 // rebuild it), the rebuild now always writes the sparse layout, whose
-// checksum is not the manifest's, and the segment can no longer be read.
+// checksum is not the manifest's, and the segment can no longer be read:
+// Open (read-write and read-only) fails, a heal fails, and Check calls the
+// untouched store corrupt. index/build.go:73 and index/writer.go:404 take
+// the layout from the data file's header alone, and Built.Anchored
+// (index/build.go:32, used by recovery/recovery.go:962 and
+// segstore/check.go:111) knows only the version 3 checksum of that layout
+// and the version 1/2 legacy one, not the dense version 3 layout such a
+// manifest recorded.
 func TestSparseBreakDenseBlockIndexLost(t *testing.T) {
 	osfs := vfs.NewOS()
 	o := &Options{FS: osfs, SegmentSize: 1 << 20, Merge: MergeOptions{Disable: true}}
@@ -71,6 +78,17 @@ func TestSparseBreakDenseBlockIndexLost(t *testing.T) {
 		s = mustOpen(t, dir, o)
 		require.NoError(t, fullDiff(s, denseBlockWant(), []string{"", "k9999"}))
 		checkAndClose(t, s)
+	})
+	// Read-only, the rebuild is made in memory: the same mismatch.
+	t.Run("readonly-delete", func(t *testing.T) {
+		dir := copyDir(t, "testdata/denseblockstore")
+		require.NoError(t, os.Remove(ip(dir, denseBlockSeg)))
+		ro := *o
+		ro.ReadOnly = true
+		s, err := Open(dir, &ro)
+		require.NoError(t, err, "a read-only open of a store whose block file lost its dense index")
+		defer s.Close()
+		require.NoError(t, fullDiff(s, denseBlockWant(), nil))
 	})
 	for _, how := range []string{"as-written", "delete", "truncate", "flip-key-block"} {
 		t.Run(how, func(t *testing.T) {
@@ -1110,4 +1128,70 @@ func TestSparseBreakValueErrorThenSeek(t *testing.T) {
 	require.Equal(t, "k6", string(it.Key()))
 	require.True(t, it.Seek([]byte("k2")), "a seek after a value that failed to read: %v", it.Err())
 	require.Equal(t, "k2", string(it.Key()))
+}
+
+// TestSparseBreakRawAcrossBlocks: three block files holding the same keys
+// with values of the same length (so a record read from the wrong buffer
+// would still decode), in blocks of one, two and three records, so that
+// every step moves several block cursors across block boundaries at once,
+// forward, backward and turning at every key: each value read (Value and
+// AppendValue) is the newest file's.
+func TestSparseBreakRawAcrossBlocks(t *testing.T) {
+	for _, nommap := range []bool{false, true} {
+		t.Run(fmt.Sprint("nommap=", nommap), func(t *testing.T) {
+			mem := vfs.NewMem()
+			o := &Options{FS: mem, DisableMmap: nommap, Merge: MergeOptions{Disable: true}}
+			s := mustOpen(t, "/db", o)
+			defer s.Close()
+			var keys []string
+			for i := range 40 {
+				keys = append(keys, fmt.Sprintf("k%02d", i))
+			}
+			for gen, per := range []int{3, 2, 1} {
+				stream := sbKeysStream(keys, per, func(k string) string { return fmt.Sprintf("gen%d-%s", gen, k) })
+				_, err := s.Import(context.Background(), bytes.NewReader(stream))
+				require.NoError(t, err)
+			}
+			require.Equal(t, 3, sbBlockFileSegs(s))
+			want := func(k string) string { return "gen2-" + k }
+			it, err := s.NewIterator(nil)
+			require.NoError(t, err)
+			defer it.Close()
+			var buf []byte
+			check := func(i int, how string) {
+				t.Helper()
+				require.Equal(t, keys[i], string(it.Key()), how)
+				v, err := it.Value()
+				require.NoError(t, err)
+				require.Equal(t, want(keys[i]), string(v), how)
+				buf, err = it.AppendValue(buf[:0])
+				require.NoError(t, err)
+				require.Equal(t, want(keys[i]), string(buf), how)
+			}
+			require.True(t, it.First())
+			check(0, "first")
+			for i := 1; i < len(keys); i++ {
+				require.True(t, it.Next())
+				check(i, "next")
+				require.True(t, it.Prev())
+				check(i-1, "turn back")
+				require.True(t, it.Next())
+				check(i, "turn forward")
+			}
+			require.False(t, it.Next())
+			require.True(t, it.Last())
+			for i := len(keys) - 2; i >= 0; i-- {
+				require.True(t, it.Prev())
+				check(i, "prev")
+				if i%3 == 0 {
+					require.True(t, it.Next())
+					check(i+1, "turn forward")
+					require.True(t, it.Prev())
+					check(i, "turn back")
+				}
+			}
+			require.False(t, it.Prev())
+			require.NoError(t, it.Err())
+		})
+	}
 }
