@@ -20,18 +20,32 @@ type Built struct {
 	MinKey   []byte
 	MaxKey   []byte
 
-	entries []Entry
-	ranges  *rangedel.Set
-	id      Identity
+	entries   []Entry
+	ranges    *rangedel.Set
+	id        Identity
+	blockFile bool
 }
 
 // Anchored returns the index file that matches want, the checksum a
-// manifest recorded: Data if want is its checksum, else, if want is the
-// checksum the segment's version 1 or 2 index had, a version 3 file that
-// carries it (EncodeUpgrade). Any other want is an error.
+// manifest recorded: Data if want is its checksum; for a block file, its
+// dense index (an entry per key, each naming its block) if want is that
+// one's, as builds before the sparse index of block files recorded; else,
+// if want is the checksum the segment's version 1 or 2 index had, a
+// version 3 file that carries it (EncodeUpgrade). Any other want is an
+// error.
 func (b *Built) Anchored(want uint64) ([]byte, error) {
 	if want == b.Checksum {
 		return b.Data, nil
+	}
+	if b.blockFile {
+		dense, sum, err := encode(b.entries, b.ranges, b.id, 0, false)
+		if err != nil {
+			return nil, err
+		}
+		if sum == want {
+			return dense, nil
+		}
+		return nil, fmt.Errorf("rebuilt index checksum %016x (dense %016x) differs from the manifest's %016x", b.Checksum, sum, want)
 	}
 	legacy, err := LegacyChecksum(b.entries, b.ranges, b.id)
 	if err != nil {
@@ -70,12 +84,13 @@ func Build(fsys vfs.FS, dataPath string, length int64) (*Built, error) {
 	}
 	entries, ranges := ib.Finish()
 	id := Identity{DataLength: length, DataDigest: digest}
-	data, sum, err := encode(entries, ranges, id, 0, rr.Version >= segment.BlockVersion)
+	blockFile := rr.Version >= segment.BlockVersion
+	data, sum, err := encode(entries, ranges, id, 0, blockFile)
 	if err != nil {
 		return nil, fmt.Errorf("index: encode index of %s: %w", dataPath, err)
 	}
 	b := &Built{Data: data, Checksum: sum, Digest: digest, Records: uint64(rr.Records), Keys: uint64(len(entries)),
-		entries: entries, ranges: ranges, id: id}
+		entries: entries, ranges: ranges, id: id, blockFile: blockFile}
 	if len(entries) > 0 {
 		b.MinKey = bytes.Clone(entries[0].Key)
 		b.MaxKey = bytes.Clone(entries[len(entries)-1].Key)

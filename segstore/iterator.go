@@ -352,9 +352,11 @@ func (it *Iterator) usable() bool {
 // Err returns the first error the iterator met: ErrClosed once the store
 // or the snapshot it reads was closed, or damage or a read error where it
 // walks keys. A value that fails to read (Value's error, recorded here
-// too) does not stop the walk; a damaged block of a merged segment does,
-// since its keys are in it: the walk ends there, with the error here, and
-// never skips keys silently.
+// too) does not stop Next, or Prev in a backward walk, from going on to
+// the keys after it; a seek (First, Last, Seek, SeekLT) or a turn of
+// direction, like every move after any other error, then returns false. A
+// damaged block of a merged segment ends the walk where it lies, since its
+// keys are in it: the error is here, and no key is skipped silently.
 func (it *Iterator) Err() error { return it.err }
 
 // Close releases the iterator (and its snapshot, if it made one). A second
