@@ -298,10 +298,16 @@ func rawValue(e iterEntry, buf, key []byte) (value, _ []byte, err error) {
 	if err != nil {
 		return nil, buf, err
 	}
-	if cap(buf) < len(rec.Value) {
-		buf = make([]byte, len(rec.Value))
+	return copyValue(buf, rec.Value)
+}
+
+// copyValue copies v into buf (grown if needed) and returns the copy and
+// the buffer it aliases.
+func copyValue(buf, v []byte) (value, _ []byte, err error) {
+	if cap(buf) < len(v) {
+		buf = make([]byte, len(v))
 	}
-	buf = append(buf[:0], rec.Value...)
+	buf = append(buf[:0], v...)
 	return buf, buf, nil
 }
 
@@ -513,23 +519,12 @@ func (c *blockCursor) err() error { return c.e }
 // block with).
 func (s *Store) readBlockValue(d *dataFile, c *blockCache, buf []byte, off int64, length uint32, kind segment.RecordKind, key []byte) (value, _ []byte, err error) {
 	if c == nil {
-		pc, ok := s.blockCaches.Get().(*blockCache)
-		if !ok {
-			pc = new(blockCache)
-		}
-		defer func() {
-			pc.reset()
-			s.blockCaches.Put(pc)
-		}()
-		c = pc
+		c = s.borrowBlockCache()
+		defer s.returnBlockCache(c)
 	}
 	rec, _, err := c.blockRecord(d, off, length, kind, key)
 	if err != nil {
 		return nil, buf, err
 	}
-	if cap(buf) < len(rec.Value) {
-		buf = make([]byte, len(rec.Value))
-	}
-	buf = append(buf[:0], rec.Value...)
-	return buf, buf, nil
+	return copyValue(buf, rec.Value)
 }
