@@ -108,14 +108,8 @@ type decodedBlock struct {
 // into b; each record's own checksum is verified when it is read. A failed
 // read leaves b holding no block.
 func (b *decodedBlock) read(d *dataFile, off int64, length uint32) error {
-	b.records = nil
 	// A large value's buffers are dropped as soon as the walk moves on.
-	if cap(b.dec) > maxKeptBlockBuf {
-		b.dec = nil
-	}
-	if cap(b.frame) > maxKeptBlockBuf {
-		b.frame = nil
-	}
+	b.dropBuffers()
 	var frame []byte
 	if m := d.reader(); m != nil && off >= 0 && off+int64(length) <= int64(len(m.data)) {
 		frame = m.data[off : off+int64(length)]
