@@ -205,6 +205,32 @@ func IndexBlock(bi *BlockIndex, records []byte, path string, off int64) error {
 	return nil
 }
 
+// FindBlockRecord finds key's point record in a decoded block (the frame
+// at off), for a read of one key: it returns the record's whole encoding
+// (aliasing records, its checksum not verified), or found false. It walks
+// every record header and checks what IndexBlock checks (so a block whose
+// keys are out of order is refused on every read, whichever key is asked
+// for), without building the table a walk in key order needs.
+func FindBlockRecord(records, key []byte, path string, off int64) (raw []byte, found bool, err error) {
+	var rules blockRules
+	for pos := 0; pos < len(records); {
+		kind, klen, vlen, hdr, ok := recordHeader(records[pos:])
+		if !ok {
+			return nil, false, corruption.New(path, off, "record %d bytes into the block is malformed", pos)
+		}
+		k := records[pos+hdr : pos+hdr+klen]
+		if err := rules.check(path, off, pos, kind, k); err != nil {
+			return nil, false, err
+		}
+		end := pos + hdr + klen + vlen + recordTrailer
+		if raw == nil && (kind == KindPut || kind == KindDelete) && bytes.Equal(k, key) {
+			raw = records[pos:end:end]
+		}
+		pos = end
+	}
+	return raw, raw != nil, nil
+}
+
 // Len is the number of records the block holds.
 func (bi *BlockIndex) Len() int { return max(len(bi.offs)-1, 0) }
 

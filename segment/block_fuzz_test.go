@@ -100,6 +100,22 @@ func FuzzDecodeBlock(f *testing.F) {
 		if ierr != nil {
 			requireCorrupt(t, ierr, "blk", 64)
 		}
+		// FindBlockRecord walks the same rules as IndexBlock, so it fails
+		// exactly when IndexBlock does, and otherwise finds what Search
+		// finds, as the same bytes.
+		praw, pfound, perr := FindBlockRecord(records, key, "blk", 64)
+		if ierr != nil {
+			require.Error(t, perr, "FindBlockRecord accepted a block IndexBlock refuses")
+			requireCorrupt(t, perr, "blk", 64)
+			require.False(t, pfound)
+		} else {
+			require.NoError(t, perr)
+			j, sok := bi.Search(records, key, -1)
+			require.Equal(t, sok, pfound, "FindBlockRecord and Search disagree on %q", key)
+			if sok {
+				require.Equal(t, bi.Raw(records, j), praw)
+			}
+		}
 		if ferr != nil {
 			requireCorrupt(t, ferr, "blk", 64)
 			return

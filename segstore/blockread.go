@@ -77,6 +77,9 @@ func (d *dataFile) blockFormat() (bool, error) {
 type blockCache struct {
 	slots []blockSlot
 	next  int // the slot a file not cached replaces once slots is full
+	// point holds the buffers of pointRecord, which decodes a block for
+	// one key and keeps nothing of it.
+	point decodedBlock
 }
 
 // maxBlockSlots bounds the files a blockCache holds a block of: more than
@@ -163,6 +166,7 @@ func (c *blockCache) reset() {
 		// user (a pooled iterator, the next point read).
 		sl.dropBuffers()
 	}
+	c.point.dropBuffers()
 	c.next = 0
 }
 
@@ -258,6 +262,68 @@ func (c *blockCache) findRecord(d *dataFile, off int64, length uint32, key []byt
 	}
 	rec, _, found, err = sl.find(d, key)
 	return rec, found, err
+}
+
+// pointRecord is findRecord for a point read, which reads one key of the
+// block: the block is decoded but not kept, and walked only as far as the
+// key (segment.FindBlockRecord). A record found is proved by its own
+// checksum, key and kind, as a read of a file of records is, so the frame's
+// checksum is left unread. Any other outcome (the key absent, a malformed
+// block, a record that fails its checksum) is trusted only once the frame's
+// checksum and every record's hold: a damaged block must never pass for
+// one without the key, which would let an older version answer.
+func (c *blockCache) pointRecord(d *dataFile, off int64, length uint32, key []byte) (rec segment.Record, found bool, err error) {
+	b := &c.point
+	b.dropBuffers()
+	var frame []byte
+	if m := d.reader(); m != nil && off >= 0 && off+int64(length) <= int64(len(m.data)) {
+		frame = m.data[off : off+int64(length)]
+	} else {
+		if b.frame, err = d.readFrame(b.frame, off, length); err != nil {
+			return segment.Record{}, false, err
+		}
+		frame = b.frame
+	}
+	payload, err := wal.FramePayload(frame, d.path, off)
+	if err != nil {
+		return segment.Record{}, false, err
+	}
+	records, dec, err := segment.DecodeBlock(b.dec, payload, segment.MaxBlockRecords, d.path, off)
+	b.dec = dec
+	var raw []byte
+	if err == nil {
+		raw, found, err = segment.FindBlockRecord(records, key, d.path, off)
+	}
+	if err == nil && found {
+		if segment.Codec(payload[0]) == segment.CodecNone {
+			// Stored raw, raw aliases the mapping: the record is copied
+			// out before it is verified, so that the bytes returned are
+			// the bytes checked.
+			b.dec = append(b.dec[:0], raw...)
+			raw = b.dec
+		}
+		var n int
+		rec, n, err = segment.DecodeRecord(raw)
+		switch {
+		case err != nil || n != len(raw):
+			err = corruption.New(d.path, off, "record of key %q in the block: %v", key, err)
+		case !bytes.Equal(rec.Key, key):
+			err = corruption.New(d.path, off, "record in the block is not the one of key %q", key)
+		default:
+			return rec, true, nil
+		}
+	}
+	if _, ferr := wal.CheckFrame(frame, d.path, off); ferr != nil {
+		return segment.Record{}, false, ferr
+	}
+	if err == nil {
+		// Absent: said only of a block whose every record verifies, so
+		// that a record damaged under a frame checksum that holds (written
+		// so) cannot hide the key it holds. Rare: the bloom filter let the
+		// key through, and the file does not hold it.
+		err = segment.ForEachBlockRecord(d.path, off, int(length), records, func(segment.Record, int64, int) error { return nil })
+	}
+	return segment.Record{}, false, err
 }
 
 // find returns key's record in the slot's block, verified, if the block

@@ -795,7 +795,7 @@ func (s *Store) getSealed(segs []*sealed, key []byte) ([]byte, error) {
 			if blocks == nil {
 				blocks = s.borrowBlockCache()
 			}
-			rec, found, err := blocks.findRecord(seg.df, e.Offset, e.Length, key)
+			rec, found, err := blocks.pointRecord(seg.df, e.Offset, e.Length, key)
 			if err != nil {
 				return nil, fmt.Errorf("segkv: get: %w", err)
 			}
