@@ -49,6 +49,12 @@ const (
 	CodecS2 Codec = 1
 )
 
+// minSaving: a block is stored compressed only when that saves at least
+// 1/minSaving of its size (the rule LevelDB and Pebble keep). Below it the
+// disk saved is small and every read of the block would pay the decode: a
+// point read of a raw block reads its record in place (docs/BENCH.md).
+const minSaving = 8
+
 // MaxBlockRecords is the most record bytes one block may decode to, so that
 // a damaged length cannot make a reader allocate more: the frame payload
 // limit, which no writer's block reaches. A reader of untrusted input (an
@@ -64,8 +70,9 @@ func HeaderVersioned(version uint32) []byte {
 }
 
 // AppendBlock appends to dst the payload of a block holding records (whole
-// encoded records, concatenated), compressed with codec unless that does not
-// make it smaller, in which case it is stored raw.
+// encoded records, concatenated), compressed with codec unless that saves
+// less than an eighth of its size (minSaving), in which case it is stored
+// raw.
 func AppendBlock(dst, records []byte, codec Codec) []byte {
 	start := len(dst)
 	if codec == CodecS2 {
@@ -73,7 +80,7 @@ func AppendBlock(dst, records []byte, codec Codec) []byte {
 			dst = slices.Grow(dst, 1+need)[:start+1+need]
 			dst[start] = byte(CodecS2)
 			// EncodeBetter writes into dst, which is long enough.
-			if enc := s2.EncodeBetter(dst[start+1:], records); len(enc) < len(records) {
+			if enc := s2.EncodeBetter(dst[start+1:], records); len(enc) <= len(records)-len(records)/minSaving {
 				return dst[:start+1+len(enc)]
 			}
 			dst = dst[:start]
