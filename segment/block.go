@@ -213,11 +213,14 @@ func IndexBlock(bi *BlockIndex, records []byte, path string, off int64) error {
 }
 
 // FindBlockRecord finds key's point record in a decoded block (the frame
-// at off), for a read of one key: it returns the record's whole encoding
-// (aliasing records, its checksum not verified), or found false. It walks
-// every record header and checks what IndexBlock checks (so a block whose
-// keys are out of order is refused on every read, whichever key is asked
-// for), without building the table a walk in key order needs.
+// at off), for a read of one key: it walks the records from the start,
+// checking those it walks as IndexBlock does, and stops at the key's record,
+// returning its whole encoding (aliasing records, its checksum not
+// verified), or at the first key after it, or at the block's end, with
+// found false. It reads half a block on average, where IndexBlock reads it
+// all. What it does not walk it does not check: a reader that takes found
+// false for absence first checks the whole block (its frame checksum and
+// ForEachBlockRecord).
 func FindBlockRecord(records, key []byte, path string, off int64) (raw []byte, found bool, err error) {
 	var rules blockRules
 	for pos := 0; pos < len(records); {
@@ -230,12 +233,17 @@ func FindBlockRecord(records, key []byte, path string, off int64) (raw []byte, f
 			return nil, false, err
 		}
 		end := pos + hdr + klen + vlen + recordTrailer
-		if raw == nil && (kind == KindPut || kind == KindDelete) && bytes.Equal(k, key) {
-			raw = records[pos:end:end]
+		if kind == KindPut || kind == KindDelete {
+			switch c := bytes.Compare(k, key); {
+			case c == 0:
+				return records[pos:end:end], true, nil
+			case c > 0:
+				return nil, false, nil
+			}
 		}
 		pos = end
 	}
-	return raw, raw != nil, nil
+	return nil, false, nil
 }
 
 // Len is the number of records the block holds.
