@@ -995,15 +995,7 @@ func sealedSnapshotState(t *testing.T, s *Store) map[string]string {
 	defer sn.Close()
 	it, err := sn.NewIterator(nil)
 	require.NoError(t, err)
-	out := map[string]string{}
-	for ok := it.First(); ok; ok = it.Next() {
-		v, err := it.Value()
-		require.NoError(t, err)
-		out[string(it.Key())] = string(v)
-	}
-	require.NoError(t, it.Err())
-	require.NoError(t, it.Close())
-	return out
+	return dumpIter(t, it)
 }
 
 // bfStallReader returns half of data, then waits until the store has begun

@@ -39,6 +39,18 @@ func dumpStore(t *testing.T, s *Store) map[string]string {
 	t.Helper()
 	it, err := s.NewIterator(nil)
 	require.NoError(t, err)
+	out := dumpIter(t, it)
+	for k, v := range out {
+		got, err := s.Get([]byte(k))
+		require.NoError(t, err)
+		require.Equal(t, v, string(got), "key %q", k)
+	}
+	return out
+}
+
+// dumpIter reads every key and value of it, then closes it.
+func dumpIter(t *testing.T, it *Iterator) map[string]string {
+	t.Helper()
 	out := map[string]string{}
 	for ok := it.First(); ok; ok = it.Next() {
 		v, err := it.Value()
@@ -47,11 +59,6 @@ func dumpStore(t *testing.T, s *Store) map[string]string {
 	}
 	require.NoError(t, it.Err())
 	require.NoError(t, it.Close())
-	for k, v := range out {
-		got, err := s.Get([]byte(k))
-		require.NoError(t, err)
-		require.Equal(t, v, string(got), "key %q", k)
-	}
 	return out
 }
 
