@@ -266,12 +266,14 @@ func (c *blockCache) findRecord(d *dataFile, off int64, length uint32, key []byt
 
 // pointRecord is findRecord for a point read, which reads one key of the
 // block: the block is decoded but not kept, and walked only as far as the
-// key (segment.FindBlockRecord). A record found is proved by its own
-// checksum, key and kind, as a read of a file of records is, so the frame's
-// checksum is left unread. Any other outcome (the key absent, a malformed
-// block, a record that fails its checksum) is trusted only once the frame's
-// checksum and every record's hold: a damaged block must never pass for
-// one without the key, which would let an older version answer.
+// key (segment.FindBlockRecord), without the record table a walk in key
+// order builds. The frame's checksum is verified before anything in it is
+// trusted: a record's own checksum proves the record's bytes but not that
+// they belong there (a stale or misdirected write of the key's older
+// record, byte for byte, passes it; the frame's does not). Absence is said
+// only of a block whose every record verifies as well, so that a record
+// damaged under a frame checksum that holds (a block written so) cannot
+// hide the key it carries and let an older version answer.
 func (c *blockCache) pointRecord(d *dataFile, off int64, length uint32, key []byte) (rec segment.Record, found bool, err error) {
 	b := &c.point
 	b.dropBuffers()
@@ -284,46 +286,39 @@ func (c *blockCache) pointRecord(d *dataFile, off int64, length uint32, key []by
 		}
 		frame = b.frame
 	}
-	payload, err := wal.FramePayload(frame, d.path, off)
+	payload, err := wal.CheckFrame(frame, d.path, off)
 	if err != nil {
 		return segment.Record{}, false, err
 	}
 	records, dec, err := segment.DecodeBlock(b.dec, payload, segment.MaxBlockRecords, d.path, off)
 	b.dec = dec
-	var raw []byte
-	if err == nil {
-		raw, found, err = segment.FindBlockRecord(records, key, d.path, off)
+	if err != nil {
+		return segment.Record{}, false, err
 	}
-	if err == nil && found {
-		if segment.Codec(payload[0]) == segment.CodecNone {
-			// Stored raw, raw aliases the mapping: the record is copied
-			// out before it is verified, so that the bytes returned are
-			// the bytes checked.
-			b.dec = append(b.dec[:0], raw...)
-			raw = b.dec
-		}
-		var n int
-		rec, n, err = segment.DecodeRecord(raw)
-		switch {
-		case err != nil || n != len(raw):
-			err = corruption.New(d.path, off, "record of key %q in the block: %v", key, err)
-		case !bytes.Equal(rec.Key, key):
-			err = corruption.New(d.path, off, "record in the block is not the one of key %q", key)
-		default:
-			return rec, true, nil
-		}
+	raw, found, err := segment.FindBlockRecord(records, key, d.path, off)
+	if err != nil {
+		return segment.Record{}, false, err
 	}
-	if _, ferr := wal.CheckFrame(frame, d.path, off); ferr != nil {
-		return segment.Record{}, false, ferr
-	}
-	if err == nil {
-		// Absent: said only of a block whose every record verifies, so
-		// that a record damaged under a frame checksum that holds (written
-		// so) cannot hide the key it holds. Rare: the bloom filter let the
-		// key through, and the file does not hold it.
+	if !found {
+		// Rare: the bloom filter let an absent key through.
 		err = segment.ForEachBlockRecord(d.path, off, int(length), records, func(segment.Record, int64, int) error { return nil })
+		return segment.Record{}, false, err
 	}
-	return segment.Record{}, false, err
+	if segment.Codec(payload[0]) == segment.CodecNone {
+		// Stored raw, raw aliases the mapping: the record is copied out
+		// before it is verified, so that the bytes returned are the bytes
+		// checked.
+		b.dec = append(b.dec[:0], raw...)
+		raw = b.dec
+	}
+	rec, n, err := segment.DecodeRecord(raw)
+	switch {
+	case err != nil || n != len(raw):
+		return segment.Record{}, false, corruption.New(d.path, off, "record of key %q in the block: %v", key, err)
+	case !bytes.Equal(rec.Key, key):
+		return segment.Record{}, false, corruption.New(d.path, off, "record in the block is not the one of key %q", key)
+	}
+	return rec, true, nil
 }
 
 // find returns key's record in the slot's block, verified, if the block

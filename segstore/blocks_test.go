@@ -198,26 +198,13 @@ func TestDamagedBlockIsRefused(t *testing.T) {
 
 			s = mustOpen(t, dir, o)
 			defer s.Close()
-			// A point read of a key whose own record survived may still
-			// read it (the record's checksum proves it); every other key
-			// of the block fails, and at least one does: the flipped byte
-			// lies in some record.
-			refused := 0
 			for _, k := range victimKeys {
-				v, live := m[k]
-				got, err := s.Get([]byte(k))
-				if err == nil {
-					require.True(t, live, "deleted key %s of the damaged block read", k)
-					require.Equal(t, v, string(got), "key %s of the damaged block read another value", k)
+				if _, live := m[k]; !live {
 					continue
 				}
-				if !live && errors.Is(err, ErrNotFound) {
-					continue
-				}
+				_, err := s.Get([]byte(k))
 				require.ErrorIs(t, err, ErrCorrupt, k)
-				refused++
 			}
-			require.Positive(t, refused, "no key of the damaged block was refused")
 			for k, v := range m {
 				if !slices.Contains(victimKeys, k) {
 					got, err := s.Get([]byte(k))

@@ -484,22 +484,6 @@ func (w *window) get(off int64, n int) ([]byte, error) {
 // is the check a reader makes when an index sent it straight to a frame,
 // without a scan: a frame that does not verify is a *corruption.Error.
 func CheckFrame(b []byte, path string, off int64) ([]byte, error) {
-	payload, err := FramePayload(b, path, off)
-	if err != nil {
-		return nil, err
-	}
-	if got, want := xxhash.Sum64(b[8:]), binary.LittleEndian.Uint64(b); got != want {
-		return nil, corruption.New(path, off, "frame checksum %016x, want %016x", got, want)
-	}
-	return payload, nil
-}
-
-// FramePayload is CheckFrame without the checksum: it checks the header
-// and the length only. It is for a reader whose payload carries checksums
-// of its own that prove what it takes from it (a point read of one record
-// of a block), and that falls back to CheckFrame before it trusts anything
-// else the payload says, such as that a key is absent.
-func FramePayload(b []byte, path string, off int64) ([]byte, error) {
 	if len(b) < HeaderSize+1 {
 		return nil, corruption.New(path, off, "frame of %d bytes is too short", len(b))
 	}
@@ -509,6 +493,9 @@ func FramePayload(b []byte, path string, off int64) ([]byte, error) {
 	}
 	if int(h.n) != len(b)-HeaderSize {
 		return nil, corruption.New(path, off, "frame holds %d payload bytes, %d expected", h.n, len(b)-HeaderSize)
+	}
+	if got := xxhash.Sum64(b[8:]); got != h.sum {
+		return nil, corruption.New(path, off, "frame checksum %016x, want %016x", got, h.sum)
 	}
 	return b[HeaderSize:], nil
 }
