@@ -757,10 +757,17 @@ func TestPointReadBreakGetDuringClose(t *testing.T) {
 				var mu sync.Mutex
 				var answered, closed int
 				errc := make(chan error, 4)
+				// Close waits until every reader has answered once, so
+				// that the count asserted below never depends on how fast
+				// the goroutines get going on a loaded machine.
+				var started sync.WaitGroup
+				started.Add(4)
 				for g := range 4 {
 					wg.Add(1)
 					go func() {
 						defer wg.Done()
+						var first sync.Once
+						defer first.Do(started.Done) // a reader that failed first
 						rng := rand.New(rand.NewPCG(uint64(round), uint64(g)))
 						for {
 							k := f.keys[rng.IntN(len(f.keys))]
@@ -777,6 +784,7 @@ func TestPointReadBreakGetDuringClose(t *testing.T) {
 								mu.Lock()
 								answered++
 								mu.Unlock()
+								first.Do(started.Done)
 							default:
 								errc <- fmt.Errorf("Get(%q) = %q, %v; want %+v", k, got, err, want)
 								return
@@ -784,7 +792,8 @@ func TestPointReadBreakGetDuringClose(t *testing.T) {
 						}
 					}()
 				}
-				time.Sleep(time.Duration(5+5*round) * time.Millisecond)
+				started.Wait()
+				time.Sleep(time.Duration(5*round) * time.Millisecond)
 				require.NoError(t, s.Close())
 				wg.Wait()
 				close(errc)
