@@ -187,12 +187,7 @@ func bbBlockKeys(t *testing.T, path string, fr wal.Frame) []string {
 // holding payload, checksum recomputed: damage only the block decoder sees.
 func bbRewriteFrame(t *testing.T, fsys vfs.FS, path string, off int64, payload []byte) {
 	t.Helper()
-	frame := wal.AppendFrame(nil, payload, 0)
-	f, err := fsys.OpenReadWrite(path)
-	require.NoError(t, err)
-	_, err = f.WriteAt(frame, off)
-	require.NoError(t, err)
-	require.NoError(t, f.Close())
+	prWriteAt(t, fsys, path, off, wal.AppendFrame(nil, payload, 0))
 }
 
 // TestBlockBreakDamagedBlockOnDisk: a merged file whose block frame still

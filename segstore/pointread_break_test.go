@@ -406,13 +406,11 @@ func prWriteAt(t *testing.T, fsys vfs.FS, path string, off int64, b []byte) {
 // holds: a record whose own checksum holds, at a place that is not its
 // own). The frame checksum no longer holds, so the damage is detectable,
 // and the only right answers are the newest value, unreadable here, hence
-// ErrCorrupt (or ErrNotFound for the deleted key). A point read that takes
-// the record on its own checksum, frame unchecked, answers with the older
-// value: a resurrection. This test passes at dd18c40^ (a point read then
-// checked the frame first) and fails from dd18c40 on. (A sealed file of
-// records, version 1/2, takes a record on its own checksum too and
-// resurrects the same way; the block file's frame checksum was what kept
-// a merged file from doing so.)
+// ErrCorrupt (or ErrNotFound for the deleted key). A point read that took
+// the record on its own checksum, frame unchecked, would answer with the
+// older value: a resurrection. The block file's frame checksum is what
+// stops it. (A sealed file of records, version 1/2, takes a record on its
+// own checksum and is exposed the same way.)
 func TestPointReadBreakStaleRecordTransplant(t *testing.T) {
 	for _, c := range []struct {
 		name    string
